@@ -1,0 +1,3 @@
+module github.com/okd-project/scos-builder
+
+go 1.26
