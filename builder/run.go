@@ -187,7 +187,7 @@ func readTail(path string, n int) string {
 
 type discardReporter struct{}
 
-func (discardReporter) StageStart(string, bool)                   {}
+func (discardReporter) StageStart(string, bool)                    {}
 func (discardReporter) StageProgress(string, string, int64, int64) {}
 func (discardReporter) StageMessage(string, string)                {}
 func (discardReporter) StageDone(string, time.Duration, error)     {}
