@@ -18,7 +18,6 @@ var versionArgs = map[string][]string{
 	"unsquashfs": {"-version"},
 	"xorriso":    {"-version"},
 	"mformat":    {"--version"},
-	"mkfs.erofs": {"-V"},
 	"isoinfo":    {"-version"},
 }
 
@@ -55,9 +54,22 @@ func probeVersion(name string) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if name == "mkfs.erofs" {
+		// erofs-utils has no version flag; its version is in the dpkg database.
+		if out, err := exec.CommandContext(ctx, "dpkg-query", "-W", "-f=${Version}", "erofs-utils").Output(); err == nil && len(out) > 0 {
+			return "erofs-utils " + string(out)
+		}
+		return "unknown version"
+	}
 	out, _ := exec.CommandContext(ctx, path, args...).CombinedOutput()
 	for _, line := range strings.Split(string(out), "\n") {
-		if line = strings.TrimSpace(line); line != "" {
+		// ostree prints "libostree:" then " Version: '2022.7'".
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "Version: "); ok {
+			return name + " " + strings.Trim(v, "'")
+		}
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasSuffix(line, ":") {
 			return line
 		}
 	}
