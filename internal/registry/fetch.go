@@ -326,3 +326,23 @@ func (r *byteReader) Read(p []byte) (int, error) {
 
 func bytesReader(b []byte) io.Reader { return &byteReader{b: b} }
 
+
+// LastLayer returns the last layer of ref decompressed, and ref's pull
+// spec by digest ("" for non-registry transports). It is what
+// payload.Source needs to read a release image.
+func (c *Client) LastLayer(ctx context.Context, ref string) (io.ReadCloser, string, error) {
+	rc, info, err := c.OpenLayer(ctx, ref, -1)
+	if err != nil {
+		return nil, "", err
+	}
+	return rc, info.DigestRef, nil
+}
+
+// Labels returns the config labels of ref and its pull spec by digest.
+func (c *Client) Labels(ctx context.Context, ref string) (map[string]string, string, error) {
+	info, err := c.Inspect(ctx, ref)
+	if err != nil {
+		return nil, "", err
+	}
+	return info.Labels, info.DigestRef, nil
+}
