@@ -326,7 +326,6 @@ func (r *byteReader) Read(p []byte) (int, error) {
 
 func bytesReader(b []byte) io.Reader { return &byteReader{b: b} }
 
-
 // LastLayer returns the last layer of ref decompressed, and ref's pull
 // spec by digest ("" for non-registry transports). It is what
 // payload.Source needs to read a release image.
