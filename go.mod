@@ -8,6 +8,7 @@ require (
 	github.com/opencontainers/image-spec v1.1.1
 	go.podman.io/image/v5 v5.42.1
 	go.podman.io/storage v1.65.1
+	golang.org/x/crypto v0.59.0
 	golang.org/x/sync v0.24.0
 	golang.org/x/sys v0.50.0
 	sigs.k8s.io/yaml v1.6.0
@@ -74,7 +75,6 @@ require (
 	go.opentelemetry.io/otel/trace v1.46.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/crypto v0.59.0 // indirect
 	golang.org/x/term v0.48.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260825221802-da73d73af1c5 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
