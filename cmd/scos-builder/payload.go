@@ -142,4 +142,3 @@ func firstNonEmpty(s ...string) string {
 	}
 	return ""
 }
-
