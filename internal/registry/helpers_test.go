@@ -27,6 +27,12 @@ type testRegistry struct {
 	paths []string
 	blobs atomic.Int64
 	all   atomic.Int64
+	// failBlobs makes the next N blob GETs answer 503.
+	failBlobs atomic.Int64
+	// blobDelay slows blob GETs down, to observe parallel transfers.
+	blobDelay   time.Duration
+	inFlight    atomic.Int64
+	maxInFlight atomic.Int64
 }
 
 func newTestRegistry(t *testing.T) *testRegistry {
@@ -37,6 +43,19 @@ func newTestRegistry(t *testing.T) *testRegistry {
 		r.all.Add(1)
 		if strings.Contains(req.URL.Path, "/blobs/") && req.Method == http.MethodGet {
 			r.blobs.Add(1)
+			if r.failBlobs.Add(-1) >= 0 {
+				http.Error(w, "try again", http.StatusServiceUnavailable)
+				return
+			}
+			n := r.inFlight.Add(1)
+			defer r.inFlight.Add(-1)
+			for {
+				m := r.maxInFlight.Load()
+				if n <= m || r.maxInFlight.CompareAndSwap(m, n) {
+					break
+				}
+			}
+			time.Sleep(r.blobDelay)
 		}
 		r.mu.Lock()
 		r.paths = append(r.paths, req.Method+" "+req.URL.Path)
@@ -49,6 +68,8 @@ func newTestRegistry(t *testing.T) *testRegistry {
 }
 
 func (r *testRegistry) reset() {
+	r.failBlobs.Store(0)
+	r.maxInFlight.Store(0)
 	r.blobs.Store(0)
 	r.all.Store(0)
 	r.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -132,6 +133,15 @@ func TestFetchReusesCachedLayers(t *testing.T) {
 	}
 	if n := reg.blobs.Load(); n != 0 {
 		t.Errorf("second fetch by tag: %d blob requests, want 0 (%v)", n, reg.paths)
+	}
+	skipped := 0
+	for _, m := range rec.messages {
+		if strings.Contains(m, "skipped: already exists") {
+			skipped++
+		}
+	}
+	if skipped != 3 {
+		t.Errorf("second fetch reported %d reused layers, want 3: %v", skipped, rec.messages)
 	}
 	if again.Layers[2].Path != got.Layers[2].Path {
 		t.Errorf("second fetch returned other paths")
@@ -303,5 +313,38 @@ insecure = true
 	}
 	if reg.blobs.Load() == 0 || len(got.Layers) != 1 {
 		t.Errorf("mirror not used: %d blob requests", reg.blobs.Load())
+	}
+}
+
+func TestFetchRetriesTransientErrors(t *testing.T) {
+	reg := newTestRegistry(t)
+	ref := reg.push(t, "scos/node:1", randomImage(t, 1))
+	reg.reset()
+	reg.failBlobs.Store(1)
+	opts := testOptions()
+	opts.Retries = 2
+	if _, err := Fetch(context.Background(), ref, t.TempDir(), opts, nil); err != nil {
+		t.Fatalf("a 503 should be retried: %v", err)
+	}
+	reg.reset()
+	reg.failBlobs.Store(5)
+	opts.Retries = 0
+	_, err := Fetch(context.Background(), ref, t.TempDir(), opts, nil)
+	if err == nil || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("without retries: got %v, want the 503", err)
+	}
+}
+
+func TestFetchLayersInParallel(t *testing.T) {
+	reg := newTestRegistry(t)
+	ref := reg.push(t, "scos/node:1", randomImage(t, 4))
+	reg.reset()
+	reg.blobDelay = 100 * time.Millisecond
+	rec := &recorder{}
+	if _, err := Fetch(context.Background(), ref, t.TempDir(), testOptions(), rec); err != nil {
+		t.Fatal(err)
+	}
+	if n := reg.maxInFlight.Load(); n < 2 {
+		t.Errorf("at most %d blob transfers at once, want parallel transfers", n)
 	}
 }
