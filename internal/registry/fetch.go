@@ -345,3 +345,38 @@ func (c *Client) Labels(ctx context.Context, ref string) (map[string]string, str
 	}
 	return info.Labels, info.DigestRef, nil
 }
+
+// Open returns the layer's uncompressed tar stream. Reading it to the end
+// checks the content against DiffID: a mismatch is returned as the error
+// of the final Read instead of io.EOF.
+func (l *Layer) Open() (io.ReadCloser, error) {
+	f, err := os.Open(l.Path)
+	if err != nil {
+		return nil, fmt.Errorf("opening layer %s: %w", l.Digest, err)
+	}
+	r, _, err := compression.AutoDecompress(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("decompressing layer %s: %w", l.Digest, err)
+	}
+	lr := &layerReader{ReadCloser: r, f: f}
+	if l.DiffID == "" || l.DiffID.Validate() != nil {
+		return lr, nil
+	}
+	return &diffIDReader{layerReader: lr, layer: l, v: l.DiffID.Verifier()}, nil
+}
+
+type diffIDReader struct {
+	*layerReader
+	layer *Layer
+	v     digest.Verifier
+}
+
+func (d *diffIDReader) Read(p []byte) (int, error) {
+	n, err := d.layerReader.Read(p)
+	d.v.Write(p[:n])
+	if err == io.EOF && !d.v.Verified() {
+		return n, fmt.Errorf("layer %s: uncompressed content does not match diff ID %s", d.layer.Digest, d.layer.DiffID)
+	}
+	return n, err
+}

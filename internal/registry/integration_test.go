@@ -165,6 +165,30 @@ func TestDockerRegistryTLSAndAuth(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	t.Run("credentials from ~/.docker/config.json", func(t *testing.T) {
+		home := t.TempDir()
+		t.Setenv("HOME", home)
+		t.Setenv("XDG_RUNTIME_DIR", home)
+		t.Setenv("XDG_CONFIG_HOME", "")
+		t.Setenv("DOCKER_CONFIG", "")
+		t.Setenv("REGISTRY_AUTH_FILE", "")
+		os.Mkdir(filepath.Join(home, ".docker"), 0o700)
+		data, _ := os.ReadFile(writeAuthFile(t, reg.host, "builder", "wrong"))
+		dockerConfig := filepath.Join(home, ".docker", "config.json")
+		os.WriteFile(dockerConfig, data, 0o600)
+		opts := testOptions()
+		opts.TLSVerify = true
+		opts.CertDir = reg.certDir
+		_, err := Fetch(ctx, ref.String(), t.TempDir(), opts, nil)
+		if err == nil || !strings.Contains(err.Error(), "were read from "+dockerConfig) {
+			t.Fatalf("wrong credentials in %s: got %v", dockerConfig, err)
+		}
+		data, _ = os.ReadFile(writeAuthFile(t, reg.host, "builder", "s3cret"))
+		os.WriteFile(dockerConfig, data, 0o600)
+		if _, err := Fetch(ctx, ref.String(), t.TempDir(), opts, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Run("wrong credentials", func(t *testing.T) {
 		opts := testOptions()
 		opts.TLSVerify = true
@@ -245,6 +269,36 @@ func TestContainersStorageInput(t *testing.T) {
 		// The store keeps uncompressed layers: the blob is the diff itself.
 		if l.DiffID.String() != cf.RootFS.DiffIDs[i].String() || sha256File(t, l.Path) != l.DiffID.String() {
 			t.Errorf("layer %d: diffID %s, blob %s, want %s", i, l.DiffID, sha256File(t, l.Path), cf.RootFS.DiffIDs[i])
+		}
+	}
+}
+
+// TestLocalTransports reads the same image through dir:, oci-archive: and
+// docker-archive:, written by skopeo.
+func TestLocalTransports(t *testing.T) {
+	skopeo := testutil.RequireTool(t, "skopeo")[0]
+	reg := newTestRegistry(t)
+	img := randomImage(t, 2)
+	src := reg.push(t, "scos/node:1", img)
+	cf, _ := img.ConfigFile()
+	dir := t.TempDir()
+	cache := t.TempDir()
+	for _, dst := range []string{
+		"dir:" + filepath.Join(dir, "d"),
+		"oci-archive:" + filepath.Join(dir, "o.tar"),
+		"docker-archive:" + filepath.Join(dir, "d.tar"),
+	} {
+		out, err := exec.Command(skopeo, "copy", "--quiet", "--src-tls-verify=false", "docker://"+src, dst).CombinedOutput()
+		if err != nil {
+			t.Fatalf("skopeo copy to %s: %v: %s", dst, err, out)
+		}
+		got, err := Fetch(context.Background(), dst, cache, testOptions(), nil)
+		if err != nil {
+			t.Errorf("%s: %v", dst, err)
+			continue
+		}
+		if len(got.Layers) != 2 || got.Layers[1].DiffID.String() != cf.RootFS.DiffIDs[1].String() {
+			t.Errorf("%s: layers %+v", dst, got.Layers)
 		}
 	}
 }

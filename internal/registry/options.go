@@ -57,6 +57,9 @@ type Options struct {
 	Parallel int
 	// Debugf receives debug-level messages (may be nil).
 	Debugf func(format string, args ...any)
+
+	// systemRoot prefixes the system-wide config paths (tests only).
+	systemRoot string
 }
 
 // DefaultOptions are the settings podman uses when no flag is given.

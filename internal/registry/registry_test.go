@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -346,5 +347,60 @@ func TestFetchLayersInParallel(t *testing.T) {
 	}
 	if n := reg.maxInFlight.Load(); n < 2 {
 		t.Errorf("at most %d blob transfers at once, want parallel transfers", n)
+	}
+}
+
+func TestLayerOpenVerifiesDiffID(t *testing.T) {
+	reg := newTestRegistry(t)
+	ref := reg.push(t, "scos/node:1", randomImage(t, 2))
+	got, err := Fetch(context.Background(), ref, t.TempDir(), testOptions(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range got.Layers {
+		rc, err := l.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := sha256.New()
+		if _, err := io.Copy(h, rc); err != nil {
+			t.Errorf("layer %s: %v", l.Digest, err)
+		}
+		rc.Close()
+		if "sha256:"+hex.EncodeToString(h.Sum(nil)) != l.DiffID.String() {
+			t.Errorf("layer %s: uncompressed content is not its diff ID", l.Digest)
+		}
+	}
+	bad := got.Layers[0]
+	bad.DiffID = got.Layers[1].DiffID
+	rc, err := bad.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if _, err := io.Copy(io.Discard, rc); err == nil || !strings.Contains(err.Error(), "does not match diff ID") {
+		t.Errorf("wrong diff ID: got %v", err)
+	}
+}
+
+func TestDefaultPolicyWhenNoneExists(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("XDG_CONFIG_HOME", "")
+	reg := newTestRegistry(t)
+	ref := reg.push(t, "scos/node:1", randomImage(t, 1))
+	var debug []string
+	opts := testOptions()
+	opts.Debugf = func(format string, args ...any) { debug = append(debug, fmt.Sprintf(format, args...)) }
+	opts.systemRoot = t.TempDir()
+	c, err := New(opts, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Fetch(context.Background(), ref, nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(debug) == 0 || !strings.Contains(debug[0], "accepting any image") {
+		t.Errorf("debug messages %q, want one saying any image is accepted", debug)
 	}
 }

@@ -126,7 +126,7 @@ func (c *Client) loadPolicy() error {
 		}
 		c.policyBy = c.opts.SignaturePolicy
 	} else {
-		p, err = signature.DefaultPolicy(nil)
+		p, err = signature.DefaultPolicy(&types.SystemContext{RootForImplicitAbsolutePaths: c.opts.systemRoot})
 		switch {
 		case errors.Is(err, configfile.ErrConfigFileNotFound):
 			c.opts.debugf("no policy.json found (%v): accepting any image", err)
