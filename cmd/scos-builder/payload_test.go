@@ -156,6 +156,10 @@ func TestPayloadInfoErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "RELEASE-IMAGE") {
 		t.Errorf("no argument: got %v", err)
 	}
+	_, err = runCLI(t, "payload", "info", "--tls-verify=false", "--cache-dir", cache, "--arch", "s390x", p.osList)
+	if err == nil || !strings.Contains(err.Error(), "platforms present: linux/amd64, linux/arm64") {
+		t.Errorf("manifest list without s390x: got %v", err)
+	}
 	noRefs := pushFakePayload(t, false)
 	_, err = runCLI(t, "payload", "info", "--tls-verify=false", "--cache-dir", cache, noRefs.release)
 	if err == nil || !strings.Contains(err.Error(), "no release-manifests/image-references") {
