@@ -166,3 +166,35 @@ func TestPayloadInfoErrors(t *testing.T) {
 		t.Errorf("payload without image-references: got %v", err)
 	}
 }
+
+func TestSourceOptionsFromCmd(t *testing.T) {
+	var got registryOptions
+	cmd := &cli.Command{Name: "x", Flags: append(sourceFlags(), &cli.BoolFlag{Name: "debug"}), Writer: io.Discard, ErrWriter: io.Discard,
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			o, err := sourceOptionsFromCmd(cmd)
+			got = registryOptions{o.AuthFile, o.TLSVerify, o.CertDir, o.SignaturePolicy, o.RegistriesConf, o.Arch, o.Retries, o.Debugf != nil}
+			return err
+		}}
+	t.Setenv("REGISTRY_AUTH_FILE", "")
+	t.Setenv("CONTAINERS_REGISTRIES_CONF", "")
+	err := cmd.Run(context.Background(), []string{"x", "--authfile", "/a.json", "--tls-verify=false", "--cert-dir", "/certs",
+		"--signature-policy", "/p.json", "--registries-conf", "/r.conf", "--arch", "aarch64", "--retry", "5", "--debug"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := registryOptions{"/a.json", false, "/certs", "/p.json", "/r.conf", "aarch64", 5, true}
+	if got != want {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	if err := cmd.Run(context.Background(), []string{"x"}); err != nil || !got.tlsVerify || got.retries != 3 || got.debug {
+		t.Errorf("defaults: %+v, %v", got, err)
+	}
+}
+
+type registryOptions struct {
+	authFile                              string
+	tlsVerify                             bool
+	certDir, policy, registriesConf, arch string
+	retries                               int
+	debug                                 bool
+}

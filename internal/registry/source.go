@@ -306,8 +306,11 @@ func (c *Client) open(ctx context.Context, refStr string) (*opened, error) {
 		}
 	}
 	allowed, err := c.policy.IsRunningImageAllowed(ctx, image.UnparsedInstance(src, nil))
-	if !allowed || err != nil {
-		return nil, fmt.Errorf("checking signature policy (%s) for %s: image rejected: %v", c.policyBy, refString(ref), err)
+	if err != nil {
+		return nil, fmt.Errorf("checking signature policy (%s) for %s: image rejected: %w", c.policyBy, refString(ref), err)
+	}
+	if !allowed {
+		return nil, fmt.Errorf("checking signature policy (%s) for %s: image rejected", c.policyBy, refString(ref))
 	}
 	o.manifest, o.manifestMIME = top, topMIME
 	if manifest.MIMETypeIsMultiImage(topMIME) {
