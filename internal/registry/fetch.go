@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -163,7 +164,7 @@ func (c *Client) Fetch(ctx context.Context, ref string, rep Reporter) (*FetchedI
 	if err != nil {
 		return nil, err
 	}
-	if err := c.cache.write(mdigest, int64(len(p.manifest)), bytesReader(p.manifest), nil); err != nil {
+	if err := c.cache.write(mdigest, int64(len(p.manifest)), bytes.NewReader(p.manifest), nil); err != nil {
 		return nil, fmt.Errorf("storing manifest of %s: %w", refString(o.ref), err)
 	}
 	if rep != nil {
@@ -310,21 +311,6 @@ func (l *layerReader) Close() error {
 	return err
 }
 
-type byteReader struct {
-	b []byte
-	i int
-}
-
-func (r *byteReader) Read(p []byte) (int, error) {
-	if r.i >= len(r.b) {
-		return 0, io.EOF
-	}
-	n := copy(p, r.b[r.i:])
-	r.i += n
-	return n, nil
-}
-
-func bytesReader(b []byte) io.Reader { return &byteReader{b: b} }
 
 // LastLayer returns the last layer of ref decompressed, and ref's pull
 // spec by digest ("" for non-registry transports). It is what
