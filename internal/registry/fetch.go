@@ -311,7 +311,6 @@ func (l *layerReader) Close() error {
 	return err
 }
 
-
 // LastLayer returns the last layer of ref decompressed, and ref's pull
 // spec by digest ("" for non-registry transports). It is what
 // payload.Source needs to read a release image.
