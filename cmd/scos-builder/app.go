@@ -37,6 +37,7 @@ func commands() []*cli.Command {
 	return []*cli.Command{
 		versionCommand(),
 		recipesCommand(),
+		payloadCommand(),
 	}
 }
 
