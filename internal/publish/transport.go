@@ -105,7 +105,7 @@ func pullPlatform(ctx context.Context, ref, goarch, layoutDir, tag string, o Reg
 	sys.OSChoice = "linux"
 	policyDoc, err := signature.DefaultPolicy(sys)
 	if err != nil {
-		return fmt.Errorf("pulling base image %s: reading signature policy (install containers-common or create /etc/containers/policy.json): %w", ref, err)
+		return fmt.Errorf("pulling base image %s: reading signature policy (install golang-github-containers-common or create /etc/containers/policy.json): %w", ref, err)
 	}
 	policy, err := signature.NewPolicyContext(policyDoc)
 	if err != nil {
@@ -128,7 +128,7 @@ func authHint(err error) string {
 	var unauth docker.ErrUnauthorizedForCredentials
 	msg := strings.ToLower(err.Error())
 	if errors.As(err, &unauth) || strings.Contains(msg, "unauthorized") || strings.Contains(msg, "authentication required") || strings.Contains(msg, "denied") {
-		return " (the registry refused the credentials: log in with `podman login`/`skopeo login`, or pass --authfile FILE)"
+		return " (authentication failed: log in with `podman login`/`skopeo login` to this registry, or pass --authfile FILE holding credentials for it)"
 	}
 	return ""
 }
