@@ -25,6 +25,43 @@ func machineOSImagesSHAPath(arch string) string { return machineOSImagesISOPath(
 
 const machineOSImagesStreamPath = "coreos/coreos-stream.json"
 
+// Manifest formats of the machine-os-images form (podman push --format names).
+const (
+	// ManifestV2S2 writes a Docker manifest list of Docker schema 2
+	// manifests: what every oc version reads.
+	ManifestV2S2 = "v2s2"
+	// ManifestOCI writes an OCI image index of OCI manifests (oc >= 4.14).
+	ManifestOCI = "oci"
+)
+
+// ManifestFormats lists the valid manifest formats.
+func ManifestFormats() []string { return []string{ManifestV2S2, ManifestOCI} }
+
+// mediaTypes are the media types of one manifest format.
+type mediaTypes struct {
+	index, manifest, config, layerGzip string
+}
+
+func mediaTypesFor(format string) (mediaTypes, error) {
+	switch format {
+	case ManifestV2S2:
+		return mediaTypes{
+			index:     "application/vnd.docker.distribution.manifest.list.v2+json",
+			manifest:  "application/vnd.docker.distribution.manifest.v2+json",
+			config:    "application/vnd.docker.container.image.v1+json",
+			layerGzip: "application/vnd.docker.image.rootfs.diff.tar.gzip",
+		}, nil
+	case ManifestOCI:
+		return mediaTypes{
+			index:     ocispec.MediaTypeImageIndex,
+			manifest:  ocispec.MediaTypeImageManifest,
+			config:    ocispec.MediaTypeImageConfig,
+			layerGzip: ocispec.MediaTypeImageLayerGzip,
+		}, nil
+	}
+	return mediaTypes{}, fmt.Errorf("unknown manifest format %q (valid: v2s2, oci)", format)
+}
+
 // baseImage is a base image copied into a scratch layout for one platform.
 type baseImage struct {
 	from     *layout
@@ -33,22 +70,22 @@ type baseImage struct {
 }
 
 // writeMachineOSImages writes one image per build and an index over them.
-func writeMachineOSImages(l *layout, builds []*Build, streamJSON []byte, created time.Time, bases map[string]*baseImage) (ocispec.Descriptor, error) {
-	idx := ocispec.Index{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageIndex}
+func writeMachineOSImages(l *layout, mt mediaTypes, builds []*Build, streamJSON []byte, created time.Time, bases map[string]*baseImage) (ocispec.Descriptor, error) {
+	idx := ocispec.Index{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: mt.index}
 	for _, b := range builds {
-		desc, err := writeMachineOSImage(l, b, streamJSON, created, bases[b.GoArch])
+		desc, err := writeMachineOSImage(l, mt, b, streamJSON, created, bases[b.GoArch])
 		if err != nil {
 			return ocispec.Descriptor{}, fmt.Errorf("writing machine-os-images image for %s: %w", b.Arch, err)
 		}
 		desc.Platform = &ocispec.Platform{OS: "linux", Architecture: b.GoArch}
 		idx.Manifests = append(idx.Manifests, desc)
 	}
-	return l.putJSON(ocispec.MediaTypeImageIndex, idx)
+	return l.putJSON(mt.index, idx)
 }
 
-func writeMachineOSImage(l *layout, b *Build, streamJSON []byte, created time.Time, base *baseImage) (ocispec.Descriptor, error) {
+func writeMachineOSImage(l *layout, mt mediaTypes, b *Build, streamJSON []byte, created time.Time, base *baseImage) (ocispec.Descriptor, error) {
 	var diffID digest.Digest
-	layer, err := l.putStream(ocispec.MediaTypeImageLayerGzip, func(w io.Writer) error {
+	layer, err := l.putStream(mt.layerGzip, func(w io.Writer) error {
 		var err error
 		diffID, err = writeCoreOSLayer(w, b, streamJSON, created)
 		return err
@@ -87,17 +124,17 @@ func writeMachineOSImage(l *layout, b *Build, streamJSON []byte, created time.Ti
 		CreatedBy: "scos-builder publish --format machine-os-images",
 		Comment:   fmt.Sprintf("/coreos/coreos-%s.iso from %s", b.Arch, b.Release),
 	})
-	cfgDesc, err := l.putJSON(ocispec.MediaTypeImageConfig, cfg)
+	cfgDesc, err := l.putJSON(mt.config, cfg)
 	if err != nil {
 		return ocispec.Descriptor{}, err
 	}
 	m := ocispec.Manifest{
 		Versioned: specs.Versioned{SchemaVersion: 2},
-		MediaType: ocispec.MediaTypeImageManifest,
+		MediaType: mt.manifest,
 		Config:    cfgDesc,
 		Layers:    append(layers, layer),
 	}
-	return l.putJSON(ocispec.MediaTypeImageManifest, m)
+	return l.putJSON(mt.manifest, m)
 }
 
 // writeCoreOSLayer writes the gzip-compressed tar of /coreos and returns

@@ -28,6 +28,9 @@ type LayoutOptions struct {
 	// Created timestamps configs, tar entries and annotations; zero means
 	// the newest metadata.last-modified of the input streams.
 	Created time.Time
+	// ManifestFormat (machine-os-images only) is ManifestV2S2 (default) or
+	// ManifestOCI.
+	ManifestFormat string
 	// BaseImage (machine-os-images only) is a registry reference whose
 	// linux/<goarch> image supplies the lower layers and config.
 	BaseImage string
@@ -42,8 +45,15 @@ func WriteLayout(ctx context.Context, builds []*Build, dir, tag string, o Layout
 	if o.Format != FormatMachineOSImages && o.Format != FormatOCIArtifact {
 		return ocispec.Descriptor{}, fmt.Errorf("unknown publish format %q (valid: %s)", o.Format, strings.Join(Formats(), ", "))
 	}
-	if o.BaseImage != "" && o.Format != FormatMachineOSImages {
-		return ocispec.Descriptor{}, fmt.Errorf("a base image applies only to --format %s", FormatMachineOSImages)
+	if o.Format != FormatMachineOSImages && (o.BaseImage != "" || o.ManifestFormat != "") {
+		return ocispec.Descriptor{}, fmt.Errorf("a base image and a manifest format apply only to format %s", FormatMachineOSImages)
+	}
+	if o.ManifestFormat == "" {
+		o.ManifestFormat = ManifestV2S2
+	}
+	mt, err := mediaTypesFor(o.ManifestFormat)
+	if err != nil {
+		return ocispec.Descriptor{}, err
 	}
 	merged, err := mergedStream(builds)
 	if err != nil {
@@ -77,12 +87,12 @@ func WriteLayout(ctx context.Context, builds []*Build, dir, tag string, o Layout
 			}
 			defer os.RemoveAll(scratch)
 			for _, b := range builds {
-				if bases[b.GoArch], err = loadBase(ctx, o.BaseImage, b.GoArch, scratch, o.Registry); err != nil {
+				if bases[b.GoArch], err = loadBase(ctx, o.BaseImage, b.GoArch, mt, scratch, o.Registry); err != nil {
 					return ocispec.Descriptor{}, err
 				}
 			}
 		}
-		top, err = writeMachineOSImages(l, builds, streamJSON, created, bases)
+		top, err = writeMachineOSImages(l, mt, builds, streamJSON, created, bases)
 	case FormatOCIArtifact:
 		top, err = writeOCIArtifacts(l, builds, streamJSON, filepath.Base(builds[0].StreamFile), created)
 	}
@@ -97,8 +107,8 @@ func WriteLayout(ctx context.Context, builds []*Build, dir, tag string, o Layout
 
 // loadBase pulls the base image's platform image into a scratch layout and
 // reads its manifest and config.
-func loadBase(ctx context.Context, ref, goarch, scratch string, ro RegistryOptions) (*baseImage, error) {
-	if err := pullPlatform(ctx, ref, goarch, scratch, goarch, ro); err != nil {
+func loadBase(ctx context.Context, ref, goarch string, mt mediaTypes, scratch string, ro RegistryOptions) (*baseImage, error) {
+	if err := pullPlatform(ctx, ref, goarch, mt.manifest, scratch, goarch, ro); err != nil {
 		return nil, err
 	}
 	sl := &layout{dir: scratch}
@@ -110,8 +120,8 @@ func loadBase(ctx context.Context, ref, goarch, scratch string, ro RegistryOptio
 	if err := sl.readJSON(desc, &b.manifest); err != nil {
 		return nil, fmt.Errorf("reading base image %s: %w", ref, err)
 	}
-	if b.manifest.MediaType != "" && b.manifest.MediaType != ocispec.MediaTypeImageManifest {
-		return nil, fmt.Errorf("reading base image %s: manifest type %s, want %s", ref, b.manifest.MediaType, ocispec.MediaTypeImageManifest)
+	if b.manifest.MediaType != mt.manifest {
+		return nil, fmt.Errorf("reading base image %s: manifest type %s, want %s", ref, b.manifest.MediaType, mt.manifest)
 	}
 	if err := sl.readJSON(b.manifest.Config, &b.config); err != nil {
 		return nil, fmt.Errorf("reading base image %s config: %w", ref, err)

@@ -209,8 +209,14 @@ func TestPublishMachineOSImagesExtractedWithSkopeo(t *testing.T) {
 	for _, m := range idx.Manifests {
 		platforms = append(platforms, m.Platform.OS+"/"+m.Platform.Architecture)
 	}
-	if idx.MediaType != ocispec.MediaTypeImageIndex || strings.Join(platforms, " ") != "linux/arm64 linux/amd64" {
+	// The default is a Docker manifest list: every oc version reads it.
+	if idx.MediaType != "application/vnd.docker.distribution.manifest.list.v2+json" || strings.Join(platforms, " ") != "linux/arm64 linux/amd64" {
 		t.Fatalf("index %s with platforms %v", idx.MediaType, platforms)
+	}
+	for _, m := range idx.Manifests {
+		if m.MediaType != "application/vnd.docker.distribution.manifest.v2+json" {
+			t.Errorf("manifest media type %s", m.MediaType)
+		}
 	}
 	for arch, goarch := range map[string]string{"x86_64": "amd64", "aarch64": "arm64"} {
 		root, cfg, _ := extractLikeOC(t, ref, goarch)
@@ -373,42 +379,52 @@ func TestPublishMachineOSImagesOnBaseImage(t *testing.T) {
 	base := reg.Addr + "/base/rhel:9"
 	writeBaseImage(t, reg, base)
 	x86, arm := makeBuild(t, "x86_64"), makeBuild(t, "aarch64")
-	ref := reg.Addr + "/okd/machine-os-images:on-base"
-	if _, err := Publish(context.Background(), []string{x86, arm}, Options{
-		LayoutOptions: LayoutOptions{Format: FormatMachineOSImages, BaseImage: base, Registry: RegistryOptions{SkipTLSVerify: true}},
-		To:            ref,
-	}); err != nil {
-		t.Fatal(err)
-	}
-	root, cfg, layers := extractLikeOC(t, ref, "arm64")
-	checkCoreOS(t, root, "aarch64", isoOf(t, arm, "aarch64"), nil)
-	release, err := os.ReadFile(filepath.Join(root, "etc", "base-release"))
-	if err != nil || string(release) != "base for arm64\n" {
-		t.Fatalf("base layer content %q, %v", release, err)
-	}
-	if layers != 2 || len(cfg.RootFS.DiffIDs) != 2 || cfg.Config.Labels["base"] != "arm64" ||
-		cfg.Config.Labels[LabelReleaseOperator] != "true" || len(cfg.Config.Env) != 1 {
-		t.Fatalf("layers %d, config %+v", layers, cfg)
+	wantIndex := map[string]string{ManifestOCI: ocispec.MediaTypeImageIndex, ManifestV2S2: "application/vnd.docker.distribution.manifest.list.v2+json"}
+	for _, format := range ManifestFormats() {
+		t.Run(format, func(t *testing.T) {
+			ref := reg.Addr + "/okd/machine-os-images:on-base-" + format
+			if _, err := Publish(context.Background(), []string{x86, arm}, Options{
+				LayoutOptions: LayoutOptions{Format: FormatMachineOSImages, ManifestFormat: format, BaseImage: base, Registry: RegistryOptions{SkipTLSVerify: true}},
+				To:            ref,
+			}); err != nil {
+				t.Fatal(err)
+			}
+			raw := runTool(t, "skopeo", "inspect", "--raw", "--tls-verify=false", "docker://"+ref)
+			var idx ocispec.Index
+			if err := json.Unmarshal(raw, &idx); err != nil || idx.MediaType != wantIndex[format] {
+				t.Fatalf("want %s, got %s (%v)", wantIndex[format], idx.MediaType, err)
+			}
+			root, cfg, layers := extractLikeOC(t, ref, "arm64")
+			checkCoreOS(t, root, "aarch64", isoOf(t, arm, "aarch64"), nil)
+			release, err := os.ReadFile(filepath.Join(root, "etc", "base-release"))
+			if err != nil || string(release) != "base for arm64\n" {
+				t.Fatalf("base layer content %q, %v", release, err)
+			}
+			if layers != 2 || len(cfg.RootFS.DiffIDs) != 2 || cfg.Config.Labels["base"] != "arm64" ||
+				cfg.Config.Labels[LabelReleaseOperator] != "true" || len(cfg.Config.Env) != 1 {
+				t.Fatalf("layers %d, config %+v", layers, cfg)
+			}
+		})
 	}
 }
 
 func TestWriteLayoutIsDeterministic(t *testing.T) {
 	x86, arm := makeBuild(t, "x86_64"), makeBuild(t, "aarch64")
-	for _, format := range Formats() {
+	for _, o := range []LayoutOptions{{Format: FormatMachineOSImages}, {Format: FormatMachineOSImages, ManifestFormat: ManifestOCI}, {Format: FormatOCIArtifact}} {
 		var digests []string
 		for _, order := range [][]string{{x86, arm}, {arm, x86}} {
 			builds, err := LoadBuilds(order)
 			if err != nil {
 				t.Fatal(err)
 			}
-			desc, err := WriteLayout(context.Background(), builds, t.TempDir(), "t", LayoutOptions{Format: format})
+			desc, err := WriteLayout(context.Background(), builds, t.TempDir(), "t", o)
 			if err != nil {
 				t.Fatal(err)
 			}
 			digests = append(digests, desc.Digest.String())
 		}
 		if digests[0] != digests[1] {
-			t.Errorf("%s: two writes gave %v", format, digests)
+			t.Errorf("%+v: two writes gave %v", o, digests)
 		}
 	}
 	builds, _ := LoadBuilds([]string{x86})

@@ -89,9 +89,10 @@ func Push(ctx context.Context, layoutDir, tag, dest string, o RegistryOptions) (
 }
 
 // pullPlatform copies the linux/<goarch> image of ref (selected from a
-// manifest list if there is one) into layoutDir as tag, in OCI format,
+// manifest list if there is one) into layoutDir as tag, converted to
+// manifestType,
 // checking signatures per the system's policy.json.
-func pullPlatform(ctx context.Context, ref, goarch, layoutDir, tag string, o RegistryOptions) error {
+func pullPlatform(ctx context.Context, ref, goarch, manifestType, layoutDir, tag string, o RegistryOptions) error {
 	srcRef, err := parseRegistryRef(ref)
 	if err != nil {
 		return fmt.Errorf("pulling base image: %w", err)
@@ -115,7 +116,7 @@ func pullPlatform(ctx context.Context, ref, goarch, layoutDir, tag string, o Reg
 	_, err = copy.Image(ctx, policy, destRef, srcRef, &copy.Options{
 		ReportWriter:          o.reportWriter(),
 		SourceCtx:             sys,
-		ForceManifestMIMEType: "application/vnd.oci.image.manifest.v1+json",
+		ForceManifestMIMEType: manifestType,
 	})
 	if err != nil {
 		return fmt.Errorf("pulling base image %s for linux/%s: %w%s", ref, goarch, err, authHint(err))
