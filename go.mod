@@ -6,6 +6,7 @@ require (
 	github.com/klauspost/compress v1.20.3
 	github.com/opencontainers/go-digest v1.0.0
 	github.com/opencontainers/image-spec v1.1.1
+	github.com/urfave/cli/v3 v3.14.0
 	go.podman.io/image/v5 v5.42.1
 	golang.org/x/crypto v0.58.0
 )
