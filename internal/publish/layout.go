@@ -16,6 +16,10 @@ import (
 // layout writes an OCI image layout: oci-layout, blobs/sha256/<hex>, index.json.
 type layout struct {
 	dir string
+	// linkFiles lets putFile hard-link input files instead of copying them:
+	// only for a throwaway layout, since tools edit ISOs in place
+	// (coreos-installer iso ignition embed) and would change a kept blob.
+	linkFiles bool
 }
 
 func openLayout(dir string) (*layout, error) {
@@ -59,8 +63,8 @@ func (l *layout) putJSON(mediaType string, v any) (ocispec.Descriptor, error) {
 	return l.putBytes(mediaType, data)
 }
 
-// putFile stores the file at path as a blob, hard-linking it when possible
-// (a live ISO is large) and copying otherwise.
+// putFile stores the file at path as a blob, hard-linking it when allowed
+// and possible (a live ISO is large) and copying otherwise.
 func (l *layout) putFile(mediaType, path string) (ocispec.Descriptor, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -77,8 +81,10 @@ func (l *layout) putFile(mediaType, path string) (ocispec.Descriptor, error) {
 	if _, err := os.Stat(dst); err == nil {
 		return desc, nil
 	}
-	if err := os.Link(path, dst); err == nil {
-		return desc, nil
+	if l.linkFiles {
+		if err := os.Link(path, dst); err == nil {
+			return desc, nil
+		}
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return ocispec.Descriptor{}, fmt.Errorf("storing %s: %w", path, err)

@@ -42,6 +42,10 @@ type LayoutOptions struct {
 // dir (created if needed), tags the top index tag in index.json and returns
 // its descriptor.
 func WriteLayout(ctx context.Context, builds []*Build, dir, tag string, o LayoutOptions) (ocispec.Descriptor, error) {
+	return writeLayout(ctx, builds, dir, tag, o, false)
+}
+
+func writeLayout(ctx context.Context, builds []*Build, dir, tag string, o LayoutOptions, linkFiles bool) (ocispec.Descriptor, error) {
 	if o.Format != FormatMachineOSImages && o.Format != FormatOCIArtifact {
 		return ocispec.Descriptor{}, fmt.Errorf("unknown publish format %q (valid: %s)", o.Format, strings.Join(Formats(), ", "))
 	}
@@ -76,6 +80,7 @@ func WriteLayout(ctx context.Context, builds []*Build, dir, tag string, o Layout
 	if err != nil {
 		return ocispec.Descriptor{}, err
 	}
+	l.linkFiles = linkFiles
 	var top ocispec.Descriptor
 	switch o.Format {
 	case FormatMachineOSImages:
@@ -177,7 +182,7 @@ func Publish(ctx context.Context, dirs []string, o Options) (*Result, error) {
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	desc, err := WriteLayout(ctx, builds, dir, o.Tag, o.LayoutOptions)
+	desc, err := writeLayout(ctx, builds, dir, o.Tag, o.LayoutOptions, o.LayoutDir == "")
 	if err != nil {
 		return nil, fmt.Errorf("publishing: %w", err)
 	}

@@ -427,7 +427,18 @@ func TestWriteLayoutIsDeterministic(t *testing.T) {
 			t.Errorf("%+v: two writes gave %v", o, digests)
 		}
 	}
+	// A kept layout must not share the ISO's inode: coreos-installer edits
+	// ISOs in place.
 	builds, _ := LoadBuilds([]string{x86})
+	kept := t.TempDir()
+	if _, err := WriteLayout(context.Background(), builds, kept, "t", LayoutOptions{Format: FormatOCIArtifact}); err != nil {
+		t.Fatal(err)
+	}
+	isoInfo, _ := os.Stat(builds[0].ISOFile)
+	blobInfo, err := os.Stat(filepath.Join(kept, "blobs", "sha256", builds[0].ISO.Sha256))
+	if err != nil || os.SameFile(isoInfo, blobInfo) {
+		t.Errorf("kept layout blob: %v, same file as the ISO: %v", err, err == nil && os.SameFile(isoInfo, blobInfo))
+	}
 	if _, err := WriteLayout(context.Background(), builds, t.TempDir(), "t", LayoutOptions{Format: "iso"}); err == nil ||
 		!strings.Contains(err.Error(), `unknown publish format "iso" (valid: machine-os-images, oci-artifact)`) {
 		t.Errorf("unknown format: %v", err)

@@ -137,3 +137,23 @@ func normalizeBaseURL(s string) (string, error) {
 	}
 	return s, nil
 }
+
+// LabelVersion is the OS image label holding its build id.
+const LabelVersion = "org.opencontainers.image.version"
+
+// ReleaseFor picks the stream release of a build: the OS image's
+// org.opencontainers.image.version label, else the payload's machine-os
+// version (io.openshift.build.versions machine-os=…).
+func ReleaseFor(imageLabels map[string]string, machineOSVersion string) (string, error) {
+	r := imageLabels[LabelVersion]
+	if r == "" {
+		r = machineOSVersion
+	}
+	if r == "" {
+		return "", fmt.Errorf("finding the build release: the OS image has no %s label and no machine-os version is known (pass the release explicitly)", LabelVersion)
+	}
+	if err := checkNamePart("release", r); err != nil {
+		return "", err
+	}
+	return r, nil
+}

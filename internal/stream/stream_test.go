@@ -60,9 +60,15 @@ func TestRoundTripFixturesLosesNothing(t *testing.T) {
 			}
 		})
 	}
-	s, err := Parse(fixtureStreams(t)["installer-scos.json"])
+	// The installer's stream is written by Go's json.MarshalIndent from the
+	// upstream types: ours must give the very same bytes.
+	data := fixtureStreams(t)["installer-scos.json"]
+	s, err := Parse(data)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if out, _ := s.Marshal(); string(out) != string(data) {
+		t.Error("installer-scos.json is not re-encoded byte for byte")
 	}
 	ext := s.Architectures["x86_64"].RHELCoreOSExtensions
 	if ext == nil || ext.AzureDisk == nil || !strings.HasSuffix(ext.AzureDisk.URL, "azure.x86_64.vhd") {
@@ -339,5 +345,20 @@ func TestGoArch(t *testing.T) {
 	}
 	if _, err := GoArch("i386"); err == nil {
 		t.Error("i386 accepted")
+	}
+}
+
+func TestReleaseFor(t *testing.T) {
+	if r, err := ReleaseFor(map[string]string{LabelVersion: "10.0.20260515-0"}, "9.6.1"); err != nil || r != "10.0.20260515-0" {
+		t.Errorf("label first: %q %v", r, err)
+	}
+	if r, err := ReleaseFor(nil, "9.6.20260327-0"); err != nil || r != "9.6.20260327-0" {
+		t.Errorf("machine-os fallback: %q %v", r, err)
+	}
+	if _, err := ReleaseFor(map[string]string{}, ""); err == nil || !strings.Contains(err.Error(), LabelVersion) {
+		t.Errorf("no release: %v", err)
+	}
+	if _, err := ReleaseFor(map[string]string{LabelVersion: "../x"}, ""); err == nil {
+		t.Error("release with a slash accepted")
 	}
 }
