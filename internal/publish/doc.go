@@ -13,8 +13,12 @@
 //
 // (arch is the RPM name: x86_64, aarch64 …) and the label
 // io.openshift.release.operator=true, optionally on top of the layers and
-// config of a base image (pulled for the same platform); the images are
-// joined in an OCI image index with platforms linux/<goarch>.
+// config (labels, env, entrypoint) of a base image pulled for the same
+// platform — use a base that carries machine-os-images' scripts when
+// baremetal IPI must keep working. The images are joined in a Docker
+// manifest list of schema 2 manifests (ManifestV2S2, the default: every oc
+// version reads it) or an OCI image index (ManifestOCI), with platforms
+// linux/<goarch>.
 //
 // oci-artifact (FormatOCIArtifact): an OCI image index holding, per
 // architecture, an artifact manifest with artifactType

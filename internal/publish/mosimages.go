@@ -30,7 +30,8 @@ const (
 	// ManifestV2S2 writes a Docker manifest list of Docker schema 2
 	// manifests: what every oc version reads.
 	ManifestV2S2 = "v2s2"
-	// ManifestOCI writes an OCI image index of OCI manifests (oc >= 4.14).
+	// ManifestOCI writes an OCI image index of OCI manifests (oc reads OCI
+	// indexes since openshift/oc#1362, 2023).
 	ManifestOCI = "oci"
 )
 
