@@ -25,12 +25,12 @@ func publishCommand() *cli.Command {
 			"image index. Timestamps come from SOURCE_DATE_EPOCH, else the newest stream's\n" +
 			"last-modified, so the same inputs give the same digests.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "to", Usage: "registry reference to push to, e.g. `quay.io/me/machine-os-images:4.19`"},
+			&cli.StringFlag{Name: "to", Usage: "push to registry reference `REF`, e.g. quay.io/me/machine-os-images:4.19"},
 			&cli.StringFlag{Name: "format", Value: publish.FormatMachineOSImages, Usage: "`FORMAT`: " + strings.Join(publish.Formats(), " or ")},
-			&cli.StringFlag{Name: "manifest-format", Usage: "machine-os-images manifests: v2s2 (Docker manifest list, default) or oci"},
+			&cli.StringFlag{Name: "manifest-format", Usage: "machine-os-images manifest `TYPE`: v2s2 (Docker manifest list, default) or oci (OCI index)"},
 			&cli.StringFlag{Name: "base-image", Usage: "machine-os-images: put /coreos on top of this image (`REF`, pulled per platform)"},
 			&cli.StringFlag{Name: "authfile", Usage: "registry credentials `FILE` (default: the containers auth.json lookup)"},
-			&cli.BoolFlag{Name: "tls-verify", Value: true, Usage: "require HTTPS and verify certificates"},
+			&cli.BoolFlag{Name: "tls-verify", Value: true, Usage: "require HTTPS and verify certificates (default: true; --tls-verify=false for plain HTTP)"},
 			&cli.StringFlag{Name: "oci-layout", Usage: "also keep the OCI image layout in `DIR` (tagged --tag)"},
 			&cli.StringFlag{Name: "tag", Value: "latest", Usage: "tag of the index in the OCI layout"},
 		},

@@ -484,6 +484,13 @@ func TestLoadBuildRefusesBadInput(t *testing.T) {
 			_ = s.WriteFile(filepath.Join(d, "scos.json"))
 			return []string{d}
 		}, "no metal iso disk"},
+		{"stream without any architecture", func(t *testing.T) []string {
+			d := makeBuild(t, "x86_64")
+			s, _ := stream.ReadFile(filepath.Join(d, "scos.json"))
+			s.Architectures = map[string]stream.Arch{}
+			_ = s.WriteFile(filepath.Join(d, "scos.json"))
+			return []string{d}
+		}, "architectures: none"},
 		{"same arch twice", func(t *testing.T) []string {
 			return []string{makeBuild(t, "x86_64"), makeBuild(t, "x86_64")}
 		}, "are both for x86_64"},
