@@ -38,6 +38,8 @@ func commands() []*cli.Command {
 		versionCommand(),
 		recipesCommand(),
 		payloadCommand(),
+		streamCommand(),
+		publishCommand(),
 	}
 }
 
@@ -120,7 +122,8 @@ func printJSON(cmd *cli.Command, v any) error {
 	return enc.Encode(v)
 }
 
-// stdout is where machine output goes.
+// stdout is where machine output goes: the root command's writer (set by
+// tests), else the process's.
 func stdout(cmd *cli.Command) io.Writer {
 	if w := cmd.Root().Writer; w != nil {
 		return w
