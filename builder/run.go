@@ -18,8 +18,6 @@ type RunOptions struct {
 	StopAfter string
 	// KeepWork keeps each stage's scratch directory (and says where).
 	KeepWork bool
-	// SourceDateEpoch is the fixed timestamp handed to stages.
-	SourceDateEpoch int64
 	// Reporter receives progress; nil discards it.
 	Reporter Reporter
 }
@@ -117,12 +115,11 @@ func runStep(ctx context.Context, store *Store, step *Step, outDirs map[string]s
 		inputs[in] = outDirs[in]
 	}
 	rc := &RunContext{
-		OutDir:          p.outDir(),
-		WorkDir:         work,
-		Inputs:          inputs,
-		Log:             logf,
-		Progress:        stageReporter{r: rep, stage: typ},
-		SourceDateEpoch: opts.SourceDateEpoch,
+		OutDir:   p.outDir(),
+		WorkDir:  work,
+		Inputs:   inputs,
+		Log:      logf,
+		Progress: stageReporter{r: rep, stage: typ},
 	}
 	fmt.Fprintf(logf, "stage %s version %d key %s\n", typ, st.Version(), step.Key)
 	rep.StageStart(typ, false)

@@ -47,8 +47,6 @@ type RunContext struct {
 	Log io.Writer
 	// Progress reports progress; stages never write to the terminal.
 	Progress StageReporter
-	// SourceDateEpoch is the fixed timestamp for everything the stage writes.
-	SourceDateEpoch int64
 }
 
 // StageReporter is the progress interface a stage sees.
