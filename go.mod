@@ -1,3 +1,5 @@
 module github.com/okd-project/scos-builder
 
 go 1.26
+
+require go.yaml.in/yaml/v3 v3.0.6
