@@ -144,6 +144,11 @@ func makeEFIDir(dst string, sources []string, arch string) (string, error) {
 	if err := remove(bootDir, "fb*.efi"); err != nil {
 		return "", err
 	}
+	// Debian keeps fallback in the vendor directory; it must not reach BOOT
+	// either (with its CSV gone it could only fail).
+	if err := remove(vendorDir, "fb*.efi"); err != nil {
+		return "", err
+	}
 	if err := remove(vendorDir, "BOOT*.CSV"); err != nil {
 		return "", err
 	}
