@@ -23,7 +23,7 @@ func CacheDir() string {
 	if d := os.Getenv("SCOS_TEST_CACHE"); d != "" {
 		return d
 	}
-	return filepath.Join(os.TempDir(), "scos-builder-test-cache")
+	return "/var/tmp/scos-builder-test-cache"
 }
 
 var kernelDepRE = regexp.MustCompile(`(?m)^\s*Depends:\s*(linux-image-[0-9]\S*)`)
