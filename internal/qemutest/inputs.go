@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,71 +29,205 @@ func CacheDir() string {
 
 var kernelDepRE = regexp.MustCompile(`(?m)^\s*Depends:\s*(linux-image-[0-9]\S*)`)
 
-// DebianKernel returns the path of a Debian amd64 kernel (vmlinuz). The
-// first call resolves linux-image-amd64 with apt-cache, downloads the
-// package with apt-get download (never installs it) and extracts the
-// kernel into cacheDir/kernel/; later calls reuse it.
-func DebianKernel(ctx context.Context, cacheDir string) (string, error) {
+// kernelModuleDirs are the parts of the kernel package's module tree the
+// test initramfs may need: storage (ATA, SCSI disk and CD), loop, ISO 9660,
+// squashfs, and the CRC helpers sd_mod depends on.
+var kernelModuleDirs = []string{
+	"kernel/drivers/ata/", "kernel/drivers/scsi/", "kernel/drivers/cdrom/", "kernel/drivers/block/",
+	"kernel/fs/isofs/", "kernel/fs/squashfs/", "kernel/crypto/", "kernel/lib/", "kernel/block/", "kernel/arch/x86/crypto/",
+}
+
+// Kernel is an unpacked Debian kernel: the image and part of its modules.
+type Kernel struct {
+	Vmlinuz string
+	// ModulesDir is lib/modules/<version> (only kernelModuleDirs).
+	ModulesDir string
+}
+
+// DebianKernel returns a Debian amd64 kernel. The first call resolves
+// linux-image-amd64 with apt-cache, downloads the package with apt-get
+// download (never installs it) and unpacks the kernel and the modules a
+// live test needs into cacheDir/kernel/; later calls reuse them.
+func DebianKernel(ctx context.Context, cacheDir string) (*Kernel, error) {
 	dir := filepath.Join(cacheDir, "kernel")
-	vmlinuz := filepath.Join(dir, "vmlinuz")
-	if fileExists(vmlinuz) {
-		return vmlinuz, nil
+	done := filepath.Join(dir, "complete")
+	if data, err := os.ReadFile(done); err == nil {
+		return &Kernel{Vmlinuz: filepath.Join(dir, "vmlinuz"), ModulesDir: filepath.Join(dir, strings.TrimSpace(string(data)))}, nil
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
+		return nil, err
 	}
 	out, err := exec.CommandContext(ctx, "apt-cache", "depends", "linux-image-amd64").Output()
 	if err != nil {
-		return "", fmt.Errorf("resolving linux-image-amd64 with apt-cache: %w (run apt-get update)", err)
+		return nil, fmt.Errorf("resolving linux-image-amd64 with apt-cache: %w (run apt-get update)", err)
 	}
 	m := kernelDepRE.FindSubmatch(out)
 	if m == nil {
-		return "", fmt.Errorf("resolving linux-image-amd64: no linux-image-N dependency in %q", out)
+		return nil, fmt.Errorf("resolving linux-image-amd64: no linux-image-N dependency in %q", out)
 	}
 	pkg := string(m[1])
 	dl, err := os.MkdirTemp(dir, "download-")
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer os.RemoveAll(dl)
 	get := exec.CommandContext(ctx, "apt-get", "download", pkg)
 	get.Dir = dl
 	if out, err := get.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("downloading %s with apt-get download: %w: %s", pkg, err, out)
+		return nil, fmt.Errorf("downloading %s with apt-get download: %w: %s", pkg, err, out)
 	}
 	debs, _ := filepath.Glob(filepath.Join(dl, "*.deb"))
 	if len(debs) != 1 {
-		return "", fmt.Errorf("downloading %s: expected one .deb, found %d", pkg, len(debs))
+		return nil, fmt.Errorf("downloading %s: expected one .deb, found %d", pkg, len(debs))
 	}
 	tarData, err := exec.CommandContext(ctx, "dpkg-deb", "--fsys-tarfile", debs[0]).Output()
 	if err != nil {
-		return "", fmt.Errorf("unpacking %s: %w", debs[0], err)
+		return nil, fmt.Errorf("unpacking %s: %w", debs[0], err)
 	}
+	k := &Kernel{}
+	var modRel string
 	tr := tar.NewReader(bytes.NewReader(tarData))
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return "", fmt.Errorf("unpacking %s: no boot/vmlinuz-*", debs[0])
+			break
 		}
 		if err != nil {
-			return "", fmt.Errorf("unpacking %s: %w", debs[0], err)
+			return nil, fmt.Errorf("unpacking %s: %w", debs[0], err)
 		}
-		if h.Typeflag == tar.TypeReg && strings.HasPrefix(strings.TrimPrefix(h.Name, "./"), "boot/vmlinuz-") {
-			tmp := vmlinuz + ".tmp"
-			f, err := os.Create(tmp)
-			if err != nil {
-				return "", err
+		name := strings.TrimPrefix(h.Name, "./")
+		if h.Typeflag != tar.TypeReg || strings.Contains(name, "..") {
+			continue
+		}
+		var target string
+		switch {
+		case strings.HasPrefix(name, "boot/vmlinuz-"):
+			target = filepath.Join(dir, "vmlinuz")
+			k.Vmlinuz = target
+		case strings.HasPrefix(name, "lib/modules/") && strings.HasSuffix(name, ".ko"):
+			parts := strings.SplitN(name, "/", 4) // lib modules <version> rest
+			if len(parts) != 4 || !hasAnyPrefix(parts[3], kernelModuleDirs) {
+				continue
 			}
-			if _, err := io.Copy(f, tr); err != nil {
-				f.Close()
-				return "", err
-			}
-			if err := f.Close(); err != nil {
-				return "", err
-			}
-			return vmlinuz, os.Rename(tmp, vmlinuz)
+			modRel = filepath.Join("lib/modules", parts[2])
+			target = filepath.Join(dir, filepath.FromSlash(name))
+		default:
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return nil, err
+		}
+		f, err := os.Create(target)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := io.Copy(f, tr); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if err := f.Close(); err != nil {
+			return nil, err
 		}
 	}
+	if k.Vmlinuz == "" || modRel == "" {
+		return nil, fmt.Errorf("unpacking %s: no boot/vmlinuz-* or no modules", debs[0])
+	}
+	k.ModulesDir = filepath.Join(dir, modRel)
+	return k, os.WriteFile(done, []byte(modRel+"\n"), 0o644)
+}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// ModuleLoadOrder returns the module files (relative to ModulesDir) to
+// insmod, dependencies first, for the named modules. Dependencies come
+// from each module's .modinfo "depends=" field, so no depmod is needed.
+func (k *Kernel) ModuleLoadOrder(names ...string) ([]string, error) {
+	norm := func(n string) string { return strings.ReplaceAll(n, "-", "_") }
+	index := map[string]string{}
+	err := filepath.WalkDir(k.ModulesDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if strings.HasSuffix(p, ".ko") {
+			rel, _ := filepath.Rel(k.ModulesDir, p)
+			index[norm(strings.TrimSuffix(d.Name(), ".ko"))] = rel
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var order []string
+	state := map[string]int{} // 1 visiting, 2 done
+	var visit func(string) error
+	visit = func(name string) error {
+		name = norm(name)
+		switch state[name] {
+		case 1:
+			return fmt.Errorf("module dependency cycle at %s", name)
+		case 2:
+			return nil
+		}
+		rel, ok := index[name]
+		if !ok {
+			return fmt.Errorf("module %s not in %s", name, k.ModulesDir)
+		}
+		state[name] = 1
+		deps, err := moduleDepends(filepath.Join(k.ModulesDir, rel))
+		if err != nil {
+			return err
+		}
+		for _, d := range deps {
+			if err := visit(d); err != nil {
+				return err
+			}
+		}
+		state[name] = 2
+		order = append(order, rel)
+		return nil
+	}
+	for _, n := range names {
+		if err := visit(n); err != nil {
+			return nil, err
+		}
+	}
+	return order, nil
+}
+
+// moduleDepends reads the "depends=" entry of a module's .modinfo section.
+func moduleDepends(p string) ([]string, error) {
+	f, err := elf.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("reading module %s: %w", p, err)
+	}
+	defer f.Close()
+	sec := f.Section(".modinfo")
+	if sec == nil {
+		return nil, nil
+	}
+	data, err := sec.Data()
+	if err != nil {
+		return nil, err
+	}
+	for _, kv := range bytes.Split(data, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, []byte("depends=")); ok {
+			if len(v) == 0 {
+				return nil, nil
+			}
+			return strings.Split(string(v), ","), nil
+		}
+	}
+	return nil, nil
 }
 
 // CpioEntry is one member of a newc archive.
