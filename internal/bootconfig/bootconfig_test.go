@@ -424,3 +424,38 @@ func TestBuildIsDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildWithFCOSTemplates builds from FCOS 38's real templates
+// (recovered from the fixture ISO): EFI/fedora moves to the vendor of the
+// image's EFI binaries and the areas keep FCOS's offsets.
+func TestBuildWithFCOSTemplates(t *testing.T) {
+	dir := testutil.SharedFixtures(t, "live-iso/fcos-38-x86_64")
+	const fcosKargs = "mitigations=auto,nosmt coreos.liveiso=fedora-coreos-38.20230718.dev.0"
+	b, err := buildTree(t, bootconfigtest.Options{EFI: bootconfigtest.EFIUsrLib, NoTemplates: true, ExtraKargs: []string{"mitigations=auto,nosmt"}}, func(o *Options) {
+		for _, p := range []string{"EFI/fedora/grub.cfg", "isolinux/isolinux.cfg", "zipl.prm"} {
+			data, err := os.ReadFile(filepath.Join(dir, p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			data = bytes.Replace(data, []byte(fcosKargs), []byte(KernelArgsPlaceholder), 1)
+			if err := writeFile(filepath.Join(o.SourceRoot, LiveTemplateDir), p, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kj := b.res.Kargs
+	want := []KargsFile{{End: "\n", Offset: 970, Pad: "#", Path: "EFI/debian/grub.cfg"}, {End: "\n", Offset: 1869, Pad: "#", Path: "isolinux/isolinux.cfg"}}
+	if len(kj.Files) != 2 || kj.Files[0] != want[0] || kj.Files[1] != want[1] {
+		t.Errorf("areas = %+v, want %+v", kj.Files, want)
+	}
+	wantDefault := "mitigations=auto,nosmt coreos.liveiso=scos-9.0.20260101-0 ignition.firstboot ignition.platform.id=metal"
+	if kj.Default != wantDefault || kj.Size != len(wantDefault)+1+1023 {
+		t.Errorf("default %q size %d", kj.Default, kj.Size)
+	}
+	if _, err := os.Stat(filepath.Join(b.tree, "EFI/fedora")); err == nil {
+		t.Error("EFI/fedora was not renamed to the image's vendor")
+	}
+}

@@ -9,6 +9,10 @@ import (
 // take one so callers (and tests) can restrict where tools are found.
 type LookPathFunc func(name string) (string, error)
 
+// Tools are the external programs Build runs (for stage cache keys and
+// meta.json tool versions).
+var Tools = []string{"mformat", "mmd", "mcopy"}
+
 // hostTool is an external program and the packages that ship it.
 type hostTool struct {
 	name   string

@@ -38,6 +38,10 @@ const (
 	EFICatalog    = "boot.catalog" // EFI-only layouts (aarch64)
 )
 
+// Tools are the external programs Master runs (for stage cache keys and
+// meta.json tool versions).
+var Tools = []string{"xorriso"}
+
 // Options are the inputs of Args and Master.
 type Options struct {
 	// Arch is the target architecture (x86_64 or aarch64).
