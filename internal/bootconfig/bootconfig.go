@@ -125,10 +125,10 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 	if err := CheckArch(opts.Arch); err != nil {
 		return nil, err
 	}
-	for name, v := range map[string]string{"source root": opts.SourceRoot, "tree directory": opts.TreeDir,
-		"kernel": opts.Kernel, "initramfs": opts.Initramfs, "rootfs": opts.Rootfs} {
-		if v == "" {
-			return nil, fmt.Errorf("building ISO tree: no %s given", name)
+	for _, in := range []struct{ name, value string }{{"source root", opts.SourceRoot}, {"tree directory", opts.TreeDir},
+		{"kernel", opts.Kernel}, {"initramfs", opts.Initramfs}, {"rootfs", opts.Rootfs}} {
+		if in.value == "" {
+			return nil, fmt.Errorf("building ISO tree: no %s given", in.name)
 		}
 	}
 	if opts.AllowNoEFI && opts.Arch != "x86_64" {
