@@ -12,7 +12,7 @@ import (
 func TestArgs(t *testing.T) {
 	base := Options{Arch: "x86_64", VolumeID: "scos-9.0.20260101-0", VolumeSet: "scos-9.0.20260101-0", IsohybridMBR: "/usr/lib/ISOLINUX/isohdpfx.bin", SourceDateEpoch: 1700000000}
 	common := []string{"-volume_date", "all_file_dates", "=1700000000", "-as", "mkisofs", "-o", "out.iso",
-		"-V", "scos-9.0.20260101-0", "-volset", "scos-9.0.20260101-0", "-rational-rock", "-J", "-joliet-long"}
+		"-V", "scos-9.0.20260101-0", "-volset", "scos-9.0.20260101-0", "-sysid", "LINUX", "-rational-rock", "-J", "-joliet-long"}
 	cat := func(parts ...[]string) []string {
 		var out []string
 		for _, p := range parts {

@@ -101,6 +101,7 @@ func Args(opts Options, layout Layout, tree, out string) ([]string, error) {
 		"-o", out,
 		"-V", opts.VolumeID,
 		"-volset", volset,
+		"-sysid", "LINUX", // as genisoimage writes it in coreos-assembler's ISOs
 		"-rational-rock", "-J", "-joliet-long",
 	}
 	switch opts.Arch {

@@ -127,7 +127,7 @@ func TestMasterX86(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Volume id: " + res.VolumeID, "Volume set id: " + res.VolumeSet, "Joliet with UCS level 3 found", "Rock Ridge signatures version 1 found"} {
+	for _, want := range []string{"Volume id: " + res.VolumeID, "Volume set id: " + res.VolumeSet, "System id: LINUX", "Joliet with UCS level 3 found", "Rock Ridge signatures version 1 found"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("isoinfo -d lacks %q:\n%s", want, out)
 		}
