@@ -148,3 +148,25 @@ func TestMaterialize(t *testing.T) {
 		t.Fatalf("sparse: %v %v", fi, err)
 	}
 }
+
+func TestCopyOut(t *testing.T) {
+	store, err := OpenStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := sampleTree(t, store)
+	dir := t.TempDir()
+	if err := tr.CopyOut(dir, "usr/bin", "does/not/exist"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "usr/bin/tool"))
+	if err != nil || string(b) != "#!/bin/sh\necho hi\n" {
+		t.Fatalf("tool = %q, %v", b, err)
+	}
+	if target, err := os.Readlink(filepath.Join(dir, "usr/bin/sh")); err != nil || target != "tool" {
+		t.Fatalf("symlink = %q, %v", target, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "usr/fifo")); err == nil {
+		t.Fatal("copied a path outside the requested subtree")
+	}
+}
