@@ -1,6 +1,8 @@
 package liveiso
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -32,7 +34,7 @@ func ValidateIgnition(config []byte) (warnings []string, err error) {
 	_, rpt, err := v3_5.ParseCompatibleVersion(config)
 	var problems []string
 	for _, e := range rpt.Entries {
-		msg := describeEntry(e)
+		msg := describeEntry(e, config)
 		if e.Kind.IsFatal() {
 			problems = append(problems, msg)
 		} else {
@@ -51,17 +53,38 @@ func ValidateIgnition(config []byte) (warnings []string, err error) {
 	return warnings, nil
 }
 
-func describeEntry(e report.Entry) string {
+func describeEntry(e report.Entry, config []byte) string {
 	var at []string
 	if e.Context.Len() != 0 {
 		at = append(at, e.Context.String())
 	}
+	line, col := int64(0), int64(0)
 	if e.Marker.StartP != nil {
-		line, col := e.Marker.Start()
+		line, col = e.Marker.Start()
+	}
+	if line == 0 {
+		// Ignition gives no position for a truncated document; take the
+		// one encoding/json reports.
+		var v any
+		var se *json.SyntaxError
+		if errors.As(json.Unmarshal(config, &v), &se) {
+			line, col = position(config, se.Offset)
+		}
+	}
+	if line > 0 {
 		at = append(at, fmt.Sprintf("(line %d, column %d)", line, col))
 	}
 	if len(at) == 0 {
 		return e.Message
 	}
 	return strings.Join(at, " ") + ": " + e.Message
+}
+
+// position converts a byte offset into a 1-based line and column.
+func position(b []byte, off int64) (line, col int64) {
+	off = min(max(off, 0), int64(len(b)))
+	before := b[:off]
+	line = int64(bytes.Count(before, []byte("\n"))) + 1
+	col = off - int64(bytes.LastIndexByte(before, '\n'))
+	return line, col
 }
