@@ -224,13 +224,19 @@ func (fs *isoFS) readFile(r record, limit int64) ([]byte, error) {
 }
 
 // walk calls fn for every file and directory of the primary tree, with its
-// path ("EFI/FEDORA/GRUB.CFG"), depth first in directory order.
+// path ("EFI/FEDORA/GRUB.CFG"), depth first in directory order. Each
+// directory extent is listed once, so a corrupt tree with loops ends.
 func (fs *isoFS) walk(fn func(path string, r record) error) error {
+	seen := map[uint32]bool{}
 	var visit func(prefix string, dir record, depth int) error
 	visit = func(prefix string, dir record, depth int) error {
 		if depth > 64 {
 			return errors.New("directory tree deeper than 64 levels; corrupt ISO?")
 		}
+		if seen[dir.lba] {
+			return fmt.Errorf("directory %s is listed twice; corrupt ISO?", strings.TrimSuffix(prefix, "/"))
+		}
+		seen[dir.lba] = true
 		recs, err := fs.list(dir)
 		if err != nil {
 			return err
