@@ -221,7 +221,11 @@ func ignitionEmbed(ctx context.Context, cmd *cli.Command) error {
 		}
 	}
 	return editISO(cmd, func(iso *liveiso.ISO) error {
-		return iso.EmbedIgnition(config, cmd.Bool("force"))
+		err := iso.EmbedIgnition(config, cmd.Bool("force"))
+		if errors.Is(err, liveiso.ErrAlreadyEmbedded) {
+			return fmt.Errorf("%w; use -f to force", err)
+		}
+		return err
 	})
 }
 

@@ -88,7 +88,7 @@ func TestIgnitionCommands(t *testing.T) {
 			if got := mustRun(t, "", "ignition", "show", iso); got != config {
 				t.Fatalf("show after in-place embed: %q", got)
 			}
-			mustFail(t, "already has an embedded Ignition config", config, "ignition", "embed", iso)
+			mustFail(t, "already has an embedded Ignition config; use -f to force", config, "ignition", "embed", iso)
 			mustRun(t, `{"ignition":{"version":"3.5.0"}}`, "ignition", "embed", "-f", iso)
 			if got := mustRun(t, "", "ignition", "show", iso); got != `{"ignition":{"version":"3.5.0"}}` {
 				t.Fatalf("show after forced embed: %q", got)

@@ -54,12 +54,16 @@ func TestParseInitrdSequence(t *testing.T) {
 	area = append(area, archiveWith(t, "zstd -q", map[string]string{"zstd/a": "Z"})...)
 	area = append(area, pad(8)...)
 	area = append(area, archiveWith(t, "xz --check=crc64 -e", map[string]string{"xz2/a": strings.Repeat("x", 100000), "dup": "third"})...)
+	// several blocks with sizes in their headers, several zstd frames
+	area = append(area, archiveWith(t, "xz -T2 --block-size=4096 --check=crc32", map[string]string{"xz3/a": strings.Repeat("y", 20000)})...)
+	area = append(area, archiveWith(t, "split -b 300 --filter='zstd -q --check' -", map[string]string{"zstd2/a": strings.Repeat("z", 1000)})...)
 	area = append(area, pad(4096)...)
 	in, err := ParseInitrd(area)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"plain/a": "A1", "gzip/a": "G", "xz/a": "X", "zstd/a": "Z", "xz2/a": strings.Repeat("x", 100000), "dup": "third"}
+	want := map[string]string{"plain/a": "A1", "gzip/a": "G", "xz/a": "X", "zstd/a": "Z", "xz2/a": strings.Repeat("x", 100000), "dup": "third",
+		"xz3/a": strings.Repeat("y", 20000), "zstd2/a": strings.Repeat("z", 1000)}
 	if len(in.Members) != len(want) {
 		t.Errorf("members %v", in.Paths())
 	}

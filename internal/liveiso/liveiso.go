@@ -422,7 +422,7 @@ func (iso *ISO) IgnitionConfig() ([]byte, bool) {
 
 // ErrAlreadyEmbedded is returned by EmbedIgnition without force when the ISO
 // already carries a config.
-var ErrAlreadyEmbedded = errors.New("this ISO image already has an embedded Ignition config; use -f to force")
+var ErrAlreadyEmbedded = errors.New("this ISO image already has an embedded Ignition config")
 
 // EmbedIgnition stages config as the Ignition config, keeping the area's
 // other members. It does not validate config; see ValidateIgnition.

@@ -304,6 +304,25 @@ func TestEmbeddedArchiveWithRealTools(t *testing.T) {
 	if cfg, err := cmd.Output(); err != nil || string(cfg) != testConfig {
 		t.Errorf("config.ign extracted with cpio: %q, %v", cfg, err)
 	}
+	// The kernel's own decoder (xz-embedded, as in busybox unxz) reads the
+	// stream; it does not skip padding, so it gets the stream alone.
+	testutil.RequireTool(t, "busybox")
+	n, err := xzStreamSize(area)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range area[n:] {
+		if c != 0 {
+			t.Fatal("non-zero byte after the xz stream")
+		}
+	}
+	os.WriteFile(img, area[:n], 0o644)
+	cmd = exec.Command("sh", "-c", "busybox unxz -c ignition.img | busybox cpio -i --to-stdout config.ign")
+	cmd.Dir = dir
+	if cfg, err := cmd.Output(); err != nil || string(cfg) != testConfig {
+		t.Errorf("config.ign through busybox unxz: %q, %v", cfg, err)
+	}
+
 	// Embedding a new config keeps the network keyfile.
 	iso2 := mustOpen(t, fx.Path, true)
 	if err := iso2.EmbedIgnition([]byte(`{"ignition":{"version":"3.5.0"}}`), true); err != nil {
