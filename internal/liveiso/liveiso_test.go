@@ -460,3 +460,48 @@ func TestKargsEdit(t *testing.T) {
 		t.Errorf("bad replace: %v", err)
 	}
 }
+
+func TestVerify(t *testing.T) {
+	for _, fx := range liveisotest.All(t) {
+		t.Run(fx.Name, func(t *testing.T) {
+			err := mustOpen(t, fx.Path, false).Verify()
+			switch fx.Name {
+			case "embed-areas-2023-07.x86_64", "embed-areas-2023-07.s390x":
+				if err != nil {
+					t.Fatalf("pristine current ISO: %v", err)
+				}
+				rw := mustOpen(t, fx.Path, true)
+				rw.EmbedIgnition([]byte(testConfig), false)
+				rw.SetKargs(rw.Kargs.Default + " x")
+				if err := rw.Save(); err != nil {
+					t.Fatal(err)
+				}
+				err = mustOpen(t, fx.Path, false).Verify()
+				if err == nil || !strings.Contains(err.Error(), "Ignition embed area is not empty: config.ign") || !strings.Contains(err.Error(), "differ from the default") {
+					t.Errorf("customized ISO: %v", err)
+				}
+			case "embed-areas-2020-09":
+				if err == nil || !strings.Contains(err.Error(), "COREOS/KARGS.JSO") || !strings.Contains(err.Error(), "no karg embed areas") {
+					t.Errorf("2020 ISO: %v", err)
+				}
+			default:
+				if err == nil || !strings.Contains(err.Error(), "COREOS/IGNINFO.JSO") || strings.Contains(err.Error(), "KARGS") {
+					t.Errorf("pre-2023 ISO: %v", err)
+				}
+			}
+		})
+	}
+	// Damage the marker after a karg area.
+	fx := liveisotest.One(t, "embed-areas-2023-07.x86_64")
+	iso := mustOpen(t, fx.Path, false)
+	a := iso.Kargs.Areas[0]
+	f, err := os.OpenFile(fx.Path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("X"), a.Offset+int64(iso.Kargs.Size)+3)
+	f.Close()
+	if err := mustOpen(t, fx.Path, false).Verify(); err == nil || !strings.Contains(err.Error(), "karg area in "+a.File+" is not followed by") {
+		t.Errorf("damaged marker: %v", err)
+	}
+}
