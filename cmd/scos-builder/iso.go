@@ -54,7 +54,7 @@ func isoCommand() *cli.Command {
 						ArgsUsage: "ISO",
 						Flags:     []cli.Flag{outputFlag()},
 						Action: func(ctx context.Context, cmd *cli.Command) error {
-							return editISO(cmd, func(iso *liveiso.ISO) error { return iso.RemoveIgnition() })
+							return editISO(ctx, cmd, func(iso *liveiso.ISO) error { return iso.RemoveIgnition() })
 						},
 					},
 				},
@@ -89,7 +89,7 @@ func isoCommand() *cli.Command {
 						ArgsUsage: "ISO",
 						Flags:     []cli.Flag{outputFlag()},
 						Action: func(ctx context.Context, cmd *cli.Command) error {
-							return editISO(cmd, func(iso *liveiso.ISO) error {
+							return editISO(ctx, cmd, func(iso *liveiso.ISO) error {
 								if iso.Kargs == nil {
 									return liveiso.ErrNoKargs
 								}
@@ -142,7 +142,7 @@ func stderr(cmd *cli.Command) io.Writer {
 
 // editISO opens the ISO, applies edit and writes the result: in place, to
 // the -o path, or to stdout for "-o -".
-func editISO(cmd *cli.Command, edit func(*liveiso.ISO) error) error {
+func editISO(ctx context.Context, cmd *cli.Command, edit func(*liveiso.ISO) error) error {
 	path, err := isoArg(cmd)
 	if err != nil {
 		return err
@@ -172,12 +172,12 @@ func editISO(cmd *cli.Command, edit func(*liveiso.ISO) error) error {
 		if isTerminal(w) {
 			return errors.New("refusing to write binary data to a terminal")
 		}
-		if _, err := iso.WriteTo(w); err != nil {
+		if _, err := iso.Stream(ctx, w); err != nil {
 			return fmt.Errorf("writing ISO to stdout: %w", err)
 		}
 		return nil
 	default:
-		return iso.SaveAs(out)
+		return iso.SaveAs(ctx, out)
 	}
 }
 
@@ -220,7 +220,7 @@ func ignitionEmbed(ctx context.Context, cmd *cli.Command) error {
 			return fmt.Errorf("validating %s (skip with --no-validate): %w", src, err)
 		}
 	}
-	return editISO(cmd, func(iso *liveiso.ISO) error {
+	return editISO(ctx, cmd, func(iso *liveiso.ISO) error {
 		err := iso.EmbedIgnition(config, cmd.Bool("force"))
 		if errors.Is(err, liveiso.ErrAlreadyEmbedded) {
 			return fmt.Errorf("%w; use -f to force", err)
@@ -276,7 +276,7 @@ func kargsModify(ctx context.Context, cmd *cli.Command) error {
 		Delete:  cmd.StringSlice("delete"),
 		Replace: cmd.StringSlice("replace"),
 	}
-	return editISO(cmd, func(iso *liveiso.ISO) error {
+	return editISO(ctx, cmd, func(iso *liveiso.ISO) error {
 		if iso.Kargs == nil {
 			return liveiso.ErrNoKargs
 		}

@@ -1,6 +1,7 @@
 package liveiso
 
 import (
+	"context"
 	"crypto/rand"
 	"errors"
 	"os"
@@ -142,7 +143,7 @@ func TestReadOnlyISO(t *testing.T) {
 		t.Error("Save on a read-only ISO succeeded")
 	}
 	out := filepath.Join(t.TempDir(), "out.iso")
-	if err := iso.SaveAs(out); err != nil {
+	if err := iso.SaveAs(context.Background(), out); err != nil {
 		t.Fatal(err)
 	}
 	if cfg, _ := mustOpen(t, out, false).IgnitionConfig(); string(cfg) != testConfig {
@@ -157,10 +158,18 @@ func TestSaveAsFailureLeavesNothing(t *testing.T) {
 	if err := iso.EmbedIgnition([]byte(testConfig), false); err != nil {
 		t.Fatal(err)
 	}
-	iso.f.Close() // reading the input now fails midway
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out.iso")
-	if err := iso.SaveAs(out); err == nil {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := iso.SaveAs(ctx, out); !errors.Is(err, context.Canceled) {
+		t.Errorf("SaveAs with a cancelled context: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("cancelled copy left behind: %v", ents)
+	}
+	iso.f.Close() // reading the input now fails midway
+	if err := iso.SaveAs(context.Background(), out); err == nil {
 		t.Fatal("SaveAs with a closed input succeeded")
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {

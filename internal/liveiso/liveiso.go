@@ -21,6 +21,7 @@ package liveiso
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -543,21 +544,37 @@ func (iso *ISO) Save() error {
 }
 
 // WriteTo writes a copy of the ISO with the staged edits to w.
-func (iso *ISO) WriteTo(w io.Writer) (int64, error) {
+func (iso *ISO) WriteTo(w io.Writer) (int64, error) { return iso.Stream(context.Background(), w) }
+
+// copyChunk is how much is copied between checks for cancellation.
+const copyChunk = 64 << 20
+
+// Stream writes a copy of the ISO with the staged edits to w, stopping with
+// ctx's error when ctx is cancelled.
+func (iso *ISO) Stream(ctx context.Context, w io.Writer) (int64, error) {
 	var written, cur int64
 	copyTo := func(end int64) error {
 		if _, err := iso.f.Seek(cur, io.SeekStart); err != nil {
 			return err
 		}
-		// A LimitedReader of an *os.File lets os.File.ReadFrom use
-		// copy_file_range when w is a file.
-		n, err := io.Copy(w, &io.LimitedReader{R: iso.f, N: end - cur})
-		written += n
-		if err == nil && n != end-cur {
-			err = io.ErrUnexpectedEOF
+		for cur < end {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			// A LimitedReader of an *os.File lets os.File.ReadFrom use
+			// copy_file_range when w is a file.
+			want := min(end-cur, copyChunk)
+			n, err := io.Copy(w, &io.LimitedReader{R: iso.f, N: want})
+			written += n
+			cur += n
+			if err != nil {
+				return err
+			}
+			if n != want {
+				return io.ErrUnexpectedEOF
+			}
 		}
-		cur += n
-		return err
+		return nil
 	}
 	for _, r := range iso.regions() {
 		if err := copyTo(r.off); err != nil {
@@ -579,7 +596,7 @@ func (iso *ISO) WriteTo(w io.Writer) (int64, error) {
 // SaveAs writes a copy of the ISO with the staged edits to out. The copy is
 // written under a temporary name in out's directory and linked into place;
 // an existing out is not replaced (as coreos-installer).
-func (iso *ISO) SaveAs(out string) (err error) {
+func (iso *ISO) SaveAs(ctx context.Context, out string) (err error) {
 	if _, err := os.Lstat(out); err == nil {
 		return fmt.Errorf("writing %s: %w", out, os.ErrExist)
 	}
@@ -591,7 +608,7 @@ func (iso *ISO) SaveAs(out string) (err error) {
 		tmp.Close()
 		os.Remove(tmp.Name())
 	}()
-	if _, err := iso.WriteTo(tmp); err != nil {
+	if _, err := iso.Stream(ctx, tmp); err != nil {
 		return fmt.Errorf("writing %s: %w", out, err)
 	}
 	if err := tmp.Chmod(0o644); err != nil {

@@ -3,6 +3,7 @@ package liveiso
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -203,13 +204,13 @@ func TestIgnitionRoundTrip(t *testing.T) {
 			if err := iso.EmbedIgnition([]byte(testConfig), false); err != nil {
 				t.Fatal(err)
 			}
-			if err := iso.SaveAs(out); err != nil {
+			if err := iso.SaveAs(context.Background(), out); err != nil {
 				t.Fatal(err)
 			}
 			if sha(t, fx.Path) != orig {
 				t.Fatal("SaveAs changed the input")
 			}
-			if err := iso.SaveAs(out); !errors.Is(err, os.ErrExist) {
+			if err := iso.SaveAs(context.Background(), out); !errors.Is(err, os.ErrExist) {
 				t.Errorf("SaveAs over an existing file: %v", err)
 			}
 			copied := sha(t, out)
