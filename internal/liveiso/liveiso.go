@@ -13,10 +13,15 @@
 //
 // Edits are staged on an ISO and then written in place (Save: only the
 // areas' bytes are written, so the time does not depend on the ISO's size)
-// or as a copy (WriteTo, SaveAs). Every area's new bytes are computed and
+// or as a copy (Stream, SaveAs). Every area's new bytes are computed and
 // checked before the first byte is written, and a copy is written under a
 // temporary name and linked into place, so a failure never leaves a
 // half-written ISO at the output path.
+//
+// Open also serves to check ISOs we build: the ISO exposes the volume ID,
+// the areas with absolute offsets, features.json and the El Torito entries,
+// and Verify checks a freshly built ISO against what coreos-installer,
+// assisted-image-service and the live initramfs expect.
 package liveiso
 
 import (
