@@ -38,6 +38,7 @@ func commands() []*cli.Command {
 		versionCommand(),
 		recipesCommand(),
 		payloadCommand(),
+		isoCommand(),
 		streamCommand(),
 		publishCommand(),
 	}
@@ -129,4 +130,21 @@ func stdout(cmd *cli.Command) io.Writer {
 		return w
 	}
 	return os.Stdout
+}
+
+// stdin is the root command's reader (set by tests), else the process's.
+func stdin(cmd *cli.Command) io.Reader {
+	if r := cmd.Root().Reader; r != nil {
+		return r
+	}
+	return os.Stdin
+}
+
+// stderr is where logs and progress go: the root command's error writer
+// (set by tests), else the process's.
+func stderr(cmd *cli.Command) io.Writer {
+	if w := cmd.Root().ErrWriter; w != nil {
+		return w
+	}
+	return os.Stderr
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 
 	"github.com/urfave/cli/v3"
 
@@ -90,9 +88,3 @@ func runStreamValidate(_ context.Context, cmd *cli.Command) error {
 	return errors.Join(errs...)
 }
 
-func stderr(cmd *cli.Command) io.Writer {
-	if w := cmd.Root().ErrWriter; w != nil {
-		return w
-	}
-	return os.Stderr
-}

@@ -39,7 +39,7 @@ func buildDir(t *testing.T, arch, release string) string {
 	return dir
 }
 
-func run(t *testing.T, cmdArgs ...string) (string, string, error) {
+func runStreamCmd(t *testing.T, cmdArgs ...string) (string, string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	var c = streamCommand()
@@ -55,7 +55,7 @@ func TestStreamMergeAndValidateCommands(t *testing.T) {
 	x := filepath.Join(buildDir(t, "x86_64", "10.0.1"), "scos.json")
 	a := filepath.Join(buildDir(t, "aarch64", "10.0.1"), "scos.json")
 	out := filepath.Join(t.TempDir(), "merged.json")
-	if _, _, err := run(t, "stream", "merge", x, a, "-o", out); err != nil {
+	if _, _, err := runStreamCmd(t, "stream", "merge", x, a, "-o", out); err != nil {
 		t.Fatal(err)
 	}
 	s, err := stream.ReadFile(out)
@@ -65,7 +65,7 @@ func TestStreamMergeAndValidateCommands(t *testing.T) {
 	if len(s.Architectures) != 2 {
 		t.Fatalf("merged architectures: %d", len(s.Architectures))
 	}
-	stdout, _, err := run(t, "stream", "merge", a, x)
+	stdout, _, err := runStreamCmd(t, "stream", "merge", a, x)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,13 +73,13 @@ func TestStreamMergeAndValidateCommands(t *testing.T) {
 	if stdout != string(file) {
 		t.Error("merge to stdout differs from merge -o")
 	}
-	if _, msg, err := run(t, "stream", "validate", out); err != nil || !strings.Contains(msg, "valid") {
+	if _, msg, err := runStreamCmd(t, "stream", "validate", out); err != nil || !strings.Contains(msg, "valid") {
 		t.Fatalf("validate: %v %s", err, msg)
 	}
 
 	// A second x86_64 build of another release conflicts.
 	x2 := filepath.Join(buildDir(t, "x86_64", "10.0.2"), "scos.json")
-	_, _, err = run(t, "stream", "merge", x, x2)
+	_, _, err = runStreamCmd(t, "stream", "merge", x, x2)
 	if err == nil || !strings.Contains(err.Error(), "architectures.x86_64.artifacts.metal.release") || !strings.Contains(err.Error(), x2) {
 		t.Fatalf("conflicting merge: %v", err)
 	}
@@ -89,11 +89,11 @@ func TestStreamMergeAndValidateCommands(t *testing.T) {
 	if err := s.WriteFile(bad); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = run(t, "stream", "validate", out, bad)
+	_, _, err = runStreamCmd(t, "stream", "validate", out, bad)
 	if err == nil || !strings.Contains(err.Error(), "architectures.x86_64.artifacts.metal.formats.iso.disk.sha256") {
 		t.Fatalf("validate bad stream: %v", err)
 	}
-	if _, _, err := run(t, "stream", "merge"); err == nil {
+	if _, _, err := runStreamCmd(t, "stream", "merge"); err == nil {
 		t.Error("merge without files accepted")
 	}
 }
@@ -102,7 +102,7 @@ func TestPublishCommandWritesLayout(t *testing.T) {
 	x, a := buildDir(t, "x86_64", "10.0.1"), buildDir(t, "aarch64", "10.0.1")
 	layoutDir := filepath.Join(t.TempDir(), "layout")
 	t.Setenv("SOURCE_DATE_EPOCH", "1700000000")
-	stdout, _, err := run(t, "publish", x, a, "--format", "oci-artifact", "--oci-layout", layoutDir, "--tag", "v1")
+	stdout, _, err := runStreamCmd(t, "publish", x, a, "--format", "oci-artifact", "--oci-layout", layoutDir, "--tag", "v1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,15 +123,15 @@ func TestPublishCommandWritesLayout(t *testing.T) {
 		t.Errorf("stdout %q, want %q", stdout, want)
 	}
 
-	_, _, err = run(t, "publish", x, "--format", "qcow2", "--oci-layout", t.TempDir())
+	_, _, err = runStreamCmd(t, "publish", x, "--format", "qcow2", "--oci-layout", t.TempDir())
 	if err == nil || !strings.Contains(err.Error(), "valid: machine-os-images, oci-artifact") {
 		t.Errorf("bad format: %v", err)
 	}
-	if _, _, err := run(t, "publish", x); err == nil || !strings.Contains(err.Error(), "--to") {
+	if _, _, err := runStreamCmd(t, "publish", x); err == nil || !strings.Contains(err.Error(), "--to") {
 		t.Errorf("no destination: %v", err)
 	}
 	t.Setenv("SOURCE_DATE_EPOCH", "soon")
-	if _, _, err := run(t, "publish", x, "--oci-layout", t.TempDir()); err == nil || !strings.Contains(err.Error(), "SOURCE_DATE_EPOCH") {
+	if _, _, err := runStreamCmd(t, "publish", x, "--oci-layout", t.TempDir()); err == nil || !strings.Contains(err.Error(), "SOURCE_DATE_EPOCH") {
 		t.Errorf("bad SOURCE_DATE_EPOCH: %v", err)
 	}
 }
@@ -153,14 +153,14 @@ func TestPublishCommandTLSFlag(t *testing.T) {
 	ref := strings.TrimPrefix(srv.URL, "http://") + "/okd/machine-os-images:x"
 	dir := buildDir(t, "x86_64", "10.0.1")
 
-	_, _, err := run(t, "publish", dir, "--to", ref)
+	_, _, err := runStreamCmd(t, "publish", dir, "--to", ref)
 	if err == nil || !strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {
 		t.Fatalf("default push to an HTTP registry: %v", err)
 	}
 	if plainRequests.Load() != 0 {
 		t.Fatal("default push spoke plain HTTP")
 	}
-	_, _, err = run(t, "publish", dir, "--to", ref, "--tls-verify=false")
+	_, _, err = runStreamCmd(t, "publish", dir, "--to", ref, "--tls-verify=false")
 	if err == nil || !strings.Contains(err.Error(), "pushing "+ref) || !strings.Contains(err.Error(), "--authfile") {
 		t.Fatalf("push with --tls-verify=false to a refusing registry: %v", err)
 	}
