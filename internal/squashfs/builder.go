@@ -64,6 +64,7 @@ type builder struct {
 	inodes, dirs *metaWriter
 	ids          []uint32
 	idIndex      map[uint32]uint16
+	idErr        error
 
 	xattrs      *metaWriter
 	xattrIDs    []byte
@@ -115,6 +116,9 @@ func (b *builder) build(ctx context.Context, t *fstree.Tree) (int64, error) {
 	rootRef, err := b.writeDir(root, "", b.count+1)
 	if err != nil {
 		return 0, err
+	}
+	if b.idErr != nil {
+		return 0, b.idErr
 	}
 	inodeTable, err := b.inodes.finish()
 	if err != nil {

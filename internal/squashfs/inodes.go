@@ -182,6 +182,10 @@ func (b *builder) id(v uint32) uint16 {
 	if i, ok := b.idIndex[v]; ok {
 		return i
 	}
+	if len(b.ids) == maxIDs {
+		b.idErr = fmt.Errorf("more than %d distinct uids and gids", maxIDs)
+		return 0
+	}
 	i := uint16(len(b.ids))
 	b.idIndex[v] = i
 	b.ids = append(b.ids, v)
