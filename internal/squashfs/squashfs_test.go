@@ -243,3 +243,18 @@ func TestDirIndex(t *testing.T) {
 		}
 	}
 }
+
+// TestCanceled stops a write when the context is canceled, without hanging.
+func TestCanceled(t *testing.T) {
+	tree := genTree(genOptions{seed: 13, dirs: 10, entries: 30, blockSize: 4096})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	f, err := os.Create(filepath.Join(t.TempDir(), "img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := WriteAt(ctx, f, 0, tree, Options{BlockSize: 4096}); err == nil || !strings.Contains(err.Error(), "context canceled") {
+		t.Fatalf("error %v, want context canceled", err)
+	}
+}
