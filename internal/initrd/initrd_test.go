@@ -296,3 +296,32 @@ func TestLiveInitrd(t *testing.T) {
 		t.Fatalf("second initrd.img differs (%v)", err)
 	}
 }
+
+func TestFindKernel(t *testing.T) {
+	tr := fstree.New()
+	if _, err := FindKernel(tr, ""); err == nil || !strings.Contains(err.Error(), "no directory usr/lib/modules") {
+		t.Fatalf("error %v", err)
+	}
+	add := func(v string) {
+		if _, err := tr.MkdirAll("usr/lib/modules/"+v, 0o755, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{"vmlinuz", "initramfs.img"} {
+			if err := tr.Add("usr/lib/modules/"+v+"/"+n, &fstree.Inode{Kind: fstree.KindRegular, Mode: 0o644, Content: fstree.BytesContent(n + v)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := tr.MkdirAll("usr/lib/modules/6.1-no-kernel", 0o755, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	add("6.12.0-1.el10.x86_64")
+	k, err := FindKernel(tr, "/")
+	if err != nil || k.Version != "6.12.0-1.el10.x86_64" || k.Vmlinuz.Digest() != fstree.BytesContent("vmlinuz6.12.0-1.el10.x86_64").Digest() {
+		t.Fatalf("FindKernel = %+v, %v", k, err)
+	}
+	add("6.13.0")
+	if _, err := FindKernel(tr, ""); err == nil || !strings.Contains(err.Error(), "2 kernels") {
+		t.Fatalf("error %v, want 2 kernels", err)
+	}
+}
