@@ -18,7 +18,8 @@ import (
 // with mksquashfs (zstd, the same level and block size, back to back) and
 // reports the time ratio, size ratio and peak RSS. scripts/bench-squashfs
 // runs it; it is skipped otherwise. SQUASHFS_BENCH_LEVEL sets the zstd
-// level (default 15, mksquashfs' default).
+// level (default 15, mksquashfs' default); SQUASHFS_BENCH_MKSQUASHFS_LEVEL
+// gives mksquashfs another level (to compare at equal output size).
 func TestCompareMksquashfs(t *testing.T) {
 	dir := os.Getenv("SQUASHFS_BENCH_DIR")
 	if dir == "" {
@@ -27,6 +28,10 @@ func TestCompareMksquashfs(t *testing.T) {
 	level := 15
 	if v := os.Getenv("SQUASHFS_BENCH_LEVEL"); v != "" {
 		level, _ = strconv.Atoi(v)
+	}
+	mkLevel := level
+	if v := os.Getenv("SQUASHFS_BENCH_MKSQUASHFS_LEVEL"); v != "" {
+		mkLevel, _ = strconv.Atoi(v)
 	}
 	out := os.Getenv("SQUASHFS_BENCH_OUT")
 	if out == "" {
@@ -63,7 +68,7 @@ func TestCompareMksquashfs(t *testing.T) {
 	mkImg := filepath.Join(out, "mksquashfs.sqfs")
 	os.Remove(mkImg)
 	cmd := exec.Command("mksquashfs", dir, mkImg, "-noappend", "-no-progress", "-quiet",
-		"-comp", "zstd", "-Xcompression-level", strconv.Itoa(level), "-b", "131072",
+		"-comp", "zstd", "-Xcompression-level", strconv.Itoa(mkLevel), "-b", "131072",
 		"-processors", strconv.Itoa(runtime.GOMAXPROCS(0)))
 	cmd.Stderr = os.Stderr
 	start = time.Now()
@@ -77,6 +82,7 @@ func TestCompareMksquashfs(t *testing.T) {
 		t.Fatal(err)
 	}
 	mib := func(n int64) float64 { return float64(n) / (1 << 20) }
+	t.Logf("zstd level: native %d, mksquashfs %d", level, mkLevel)
 	t.Logf("native:     %8.2fs %9.1f MiB  peak RSS %6.1f MiB (whole test process, tree included)", nativeTime.Seconds(), mib(nativeSize), mib(nativeRSS))
 	t.Logf("mksquashfs: %8.2fs %9.1f MiB  peak RSS %6.1f MiB", mkTime.Seconds(), mib(st.Size()), mib(mkRSS))
 	t.Logf("ratios native/mksquashfs: time %.2fx, size %.3fx", nativeTime.Seconds()/mkTime.Seconds(), float64(nativeSize)/float64(st.Size()))
