@@ -245,7 +245,7 @@ func TestParseMksquashfsOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (squashfs.Options{Compression: squashfs.Gzip, BlockSize: 64 << 10, NoTailPacking: true}); got != want {
+	if want := (squashfs.Options{Compression: squashfs.Gzip, BlockSize: 64 << 10}); got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
 }

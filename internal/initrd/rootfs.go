@@ -202,17 +202,19 @@ func nativeOptions(opts RootfsOptions) (squashfs.Options, error) {
 // native writer produces.
 var mksquashfsIgnored = map[string]bool{
 	"-noappend": true, "-no-recovery": true, "-quiet": true, "-no-progress": true,
-	"-progress": true, "-xattrs": true, "-exports": true, "-sparse": true, "-wildcards": true,
+	"-progress": true, "-xattrs": true, "-always-use-fragments": true, "-exports": true, "-sparse": true, "-wildcards": true,
 }
 
 // ParseMksquashfsOptions maps mksquashfs options (live-rootfs-fsoptions) onto
 // the native writer: -comp zstd|gzip|xz, -b SIZE[K|M], -Xcompression-level N,
-// -always-use-fragments, -no-exports, -processors N, -mkfs-time/-fstime T,
-// and the no-ops -noappend -no-recovery -quiet -no-progress -progress
-// -xattrs -exports -sparse -wildcards. Anything else is an error.
+// -no-exports, -processors N, -mkfs-time/-fstime T, and the no-ops
+// -noappend -no-recovery -quiet -no-progress -progress -xattrs -exports
+// -sparse -wildcards -always-use-fragments (the native writer always packs
+// file tails into fragments). Anything else is an error.
 func ParseMksquashfsOptions(args []string) (squashfs.Options, error) {
+	// Tails are always packed into fragments (as -always-use-fragments):
+	// smaller, and the kernel reads both layouts.
 	var o squashfs.Options
-	o.NoTailPacking = true // mksquashfs packs only small files unless told
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if mksquashfsIgnored[a] {
@@ -273,8 +275,6 @@ func ParseMksquashfsOptions(args []string) (squashfs.Options, error) {
 				return o, err
 			}
 			o.Level = int(n)
-		case "-always-use-fragments":
-			o.NoTailPacking = false
 		case "-no-exports":
 			o.NoExportTable = true
 		case "-processors":
@@ -290,7 +290,7 @@ func ParseMksquashfsOptions(args []string) (squashfs.Options, error) {
 			}
 			o.MkfsTime = n
 		default:
-			return o, fmt.Errorf("mksquashfs option %q is not supported by the native builder (supported: -comp, -b, -Xcompression-level, -always-use-fragments, -no-exports, -processors, -mkfs-time, and the no-ops -noappend -no-recovery -quiet -no-progress -xattrs -exports -sparse -wildcards); use the mksquashfs builder", a)
+			return o, fmt.Errorf("mksquashfs option %q is not supported by the native builder (supported: -comp, -b, -Xcompression-level, -no-exports, -processors, -mkfs-time, and the no-ops -noappend -no-recovery -quiet -no-progress -xattrs -exports -sparse -wildcards -always-use-fragments); use the mksquashfs builder", a)
 		}
 	}
 	if o.Compression == squashfs.XZ && o.Level != 0 {
