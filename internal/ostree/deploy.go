@@ -43,9 +43,11 @@ type DeployOptions struct {
 	// BootKernelLinks also hardlinks vmlinuz (and its .hmac) into /boot,
 	// as the CoreOS live rootfs has it (FIPS checks look there).
 	BootKernelLinks bool
-	// SourceDateEpoch is the mtime of files Deploy writes itself (BLS
-	// entry, origin, refs, aleph file). Repository objects and the
-	// deployment checkout have mtime 0, as ostree makes them.
+	// SourceDateEpoch is the mtime of files and directories Deploy
+	// writes itself (BLS entry, origin, refs, aleph file, sysroot
+	// directories); default: the merge commit's timestamp, else 1.
+	// Repository objects and the deployment checkout have mtime 0, as
+	// ostree makes them.
 	SourceDateEpoch int64
 }
 
@@ -95,12 +97,22 @@ func Deploy(imp *ImportResult, opts DeployOptions) (*fstree.Tree, *DeployInfo, e
 	if imageRef == "" {
 		return nil, nil, errors.New("deploying: no image reference for the origin file")
 	}
-	d := &deployer{imp: imp, epoch: opts.SourceDateEpoch, t: fstree.New()}
+	epoch := opts.SourceDateEpoch
+	if epoch <= 0 {
+		epoch = imp.Timestamp
+	}
+	if epoch <= 0 {
+		// libostree skips loading a sysroot whose ostree/deploy has
+		// mtime 0 (it looks unchanged since "never"): never write 0.
+		epoch = 1
+	}
+	d := &deployer{imp: imp, epoch: epoch, t: fstree.New()}
+	d.t.Root.Mtime = epoch
 	info := &DeployInfo{OSName: osname, Commit: imp.Commit}
 
 	// The deployment checkout: directories are new, files and symlinks
 	// are the repository objects themselves (hardlinks).
-	checkout := copyDirs(imp.Root.Root)
+	checkout := checkoutDirs(imp.Root.Root)
 	if err := prepareEtc(checkout); err != nil {
 		return nil, nil, fmt.Errorf("deploying %s: %w", imp.Commit, err)
 	}
@@ -268,11 +280,22 @@ type deployer struct {
 }
 
 func (d *deployer) mkdir(p string) (*fstree.Inode, error) {
-	ino, err := d.t.MkdirAll(p, 0o755, 0, 0)
-	if err != nil {
-		return nil, fmt.Errorf("deploying: %w", err)
+	cur := d.t.Root
+	for _, c := range strings.Split(p, "/") {
+		if c == "" || c == "." {
+			continue
+		}
+		next, ok := cur.Entries[c]
+		if !ok {
+			next = fstree.NewDir(0o755, 0, 0)
+			next.Mtime = d.epoch
+			cur.Entries[c] = next
+		} else if next.Kind != fstree.KindDir {
+			return nil, fmt.Errorf("deploying: %s: %s is a %s", p, c, next.Kind)
+		}
+		cur = next
 	}
-	return ino, nil
+	return cur, nil
 }
 
 func (d *deployer) file(p, content string, mode uint32) error {
@@ -308,6 +331,27 @@ func copyDirs(dir *fstree.Inode) *fstree.Inode {
 	for name, child := range dir.Entries {
 		if child.Kind == fstree.KindDir {
 			child = copyDirs(child)
+		}
+		c.Entries[name] = child
+	}
+	return &c
+}
+
+// checkoutDirs is copyDirs for a deployment checkout: like ostree's
+// hardlink checkout, zero-sized regular files are copied, not linked
+// (they are often shared by thousands of paths).
+func checkoutDirs(dir *fstree.Inode) *fstree.Inode {
+	c := *dir
+	c.Xattrs = append([]fstree.Xattr(nil), dir.Xattrs...)
+	c.Entries = make(map[string]*fstree.Inode, len(dir.Entries))
+	for name, child := range dir.Entries {
+		switch {
+		case child.Kind == fstree.KindDir:
+			child = checkoutDirs(child)
+		case child.Kind == fstree.KindRegular && child.Size() == 0:
+			cp := *child
+			cp.Xattrs = append([]fstree.Xattr(nil), child.Xattrs...)
+			child = &cp
 		}
 		c.Entries[name] = child
 	}
@@ -599,5 +643,3 @@ func alephJSON(imp *ImportResult, imageRef string) (string, error) {
 	}
 	return string(b) + "\n", nil
 }
-
-

@@ -90,6 +90,8 @@ type ImportResult struct {
 	ImageRef       string
 	ManifestDigest string
 	ConfigDigest   string
+	// Timestamp is the merge commit's timestamp (the image's creation time).
+	Timestamp int64
 	// Refs maps ref names to commits.
 	Refs  map[string]string
 	Stats ImportStats
@@ -299,8 +301,8 @@ func Import(ctx context.Context, img Image, store *fstree.Store, log io.Writer) 
 	res := &ImportResult{
 		Commit: merge, BaseCommit: im.commit, Root: tree, Labels: labels,
 		ImageRef: ContainerImageRef(img.Ref), ManifestDigest: manifestDigest,
-		ConfigDigest: "sha256:" + sha256Hex(img.Config),
-		Refs:         map[string]string{RefBlobPrefix + EscapeRef(img.Layers[0].name()): im.commit},
+		ConfigDigest: "sha256:" + sha256Hex(img.Config), Timestamp: int64(ts),
+		Refs: map[string]string{RefBlobPrefix + EscapeRef(img.Layers[0].name()): im.commit},
 	}
 	if res.ImageRef != "" {
 		res.Refs[RefImagePrefix+EscapeRef(res.ImageRef)] = merge
