@@ -148,13 +148,17 @@ func makeRootfs(t testing.TB, dir string, o rootfsOpts) {
 
 // commitRootfs commits a rootfs with the real ostree CLI into a new bare
 // repo and returns the repo path and commit checksum.
-func commitRootfs(t testing.TB, rootfs string) (string, string) {
+func commitRootfs(t testing.TB, rootfs string, bootable bool) (string, string) {
 	t.Helper()
 	repo := filepath.Join(t.TempDir(), "repo")
 	run(t, "ostree", "init", "--repo="+repo, "--mode=bare")
-	out := run(t, "ostree", "commit", "--repo="+repo, "--branch=exampleos/x86_64/stable", "--bootable",
+	args := []string{"commit", "--repo=" + repo, "--branch=exampleos/x86_64/stable",
 		"--add-metadata-string=version=42.20250101.0", "--subject=Test CoreOS 42.20250101.0",
-		"--timestamp="+createdRFC, "--tree=dir="+rootfs)
+		"--timestamp=" + createdRFC, "--tree=dir=" + rootfs}
+	if bootable {
+		args = append(args, "--bootable")
+	}
+	out := run(t, "ostree", args...)
 	return repo, strings.TrimSpace(out)
 }
 

@@ -19,7 +19,7 @@ import (
 func baseCommit(t *testing.T, o rootfsOpts) (string, string) {
 	rootfs := filepath.Join(t.TempDir(), "rootfs")
 	makeRootfs(t, rootfs, o)
-	return commitRootfs(t, rootfs)
+	return commitRootfs(t, rootfs, !o.twoKernels)
 }
 
 // Every metadata object ostree wrote re-encodes to the same bytes, and
