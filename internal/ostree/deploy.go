@@ -49,6 +49,10 @@ type DeployOptions struct {
 	// Repository objects and the deployment checkout have mtime 0, as
 	// ostree makes them.
 	SourceDateEpoch int64
+	// Store receives the files Deploy writes (BLS entry, origin, refs,
+	// aleph file) so the sysroot tree can be encoded with fstree.Encode
+	// and decoded against the store. Nil keeps them in memory.
+	Store *fstree.Store
 }
 
 // DeployInfo describes a deployment made by Deploy. Paths are relative to
@@ -106,7 +110,7 @@ func Deploy(imp *ImportResult, opts DeployOptions) (*fstree.Tree, *DeployInfo, e
 		// mtime 0 (it looks unchanged since "never"): never write 0.
 		epoch = 1
 	}
-	d := &deployer{imp: imp, epoch: epoch, t: fstree.New()}
+	d := &deployer{imp: imp, epoch: epoch, t: fstree.New(), store: opts.Store}
 	d.t.Root.Mtime = epoch
 	info := &DeployInfo{OSName: osname, Commit: imp.Commit}
 
@@ -277,6 +281,7 @@ type deployer struct {
 	imp   *ImportResult
 	epoch int64
 	t     *fstree.Tree
+	store *fstree.Store
 }
 
 func (d *deployer) mkdir(p string) (*fstree.Inode, error) {
@@ -305,6 +310,13 @@ func (d *deployer) file(p, content string, mode uint32) error {
 	ino := &fstree.Inode{Kind: fstree.KindRegular, Mode: mode, Mtime: d.epoch}
 	if content != "" {
 		ino.Content = fstree.BytesContent(content)
+		if d.store != nil {
+			c, err := d.store.PutBytes([]byte(content))
+			if err != nil {
+				return fmt.Errorf("deploying %s: %w", p, err)
+			}
+			ino.Content = c
+		}
 	}
 	if err := d.t.Add(p, ino); err != nil {
 		return fmt.Errorf("deploying: %w", err)

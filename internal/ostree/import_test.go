@@ -1,6 +1,7 @@
 package ostree
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
@@ -153,8 +154,28 @@ func TestDeployVerifiedByOstree(t *testing.T) {
 	requireOstree(t)
 	repo, commit := baseCommit(t, rootfsOpts{})
 	layers := exportImage(t, repo, commit, exportOpts{chunked: true})
-	res, _, _ := importImage(t, buildImage(t, commit, layers, nil, nil))
-	tree, info, err := Deploy(res, DeployOptions{OSName: testOS, Kargs: []string{"rw", "console=ttyS0"}})
+	res0, store, _ := importImage(t, buildImage(t, commit, layers, nil, nil))
+	// The result passes between stages serialized.
+	var enc bytes.Buffer
+	if err := res0.Encode(&enc); err != nil {
+		t.Fatal(err)
+	}
+	res, err := DecodeImportResult(&enc, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Commit != res0.Commit || res.Stats.ContentObjects != res0.Stats.ContentObjects {
+		t.Fatalf("decoded result differs: %+v", res)
+	}
+	tree0, info, err := Deploy(res, DeployOptions{OSName: testOS, Kargs: []string{"rw", "console=ttyS0"}, Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc.Reset()
+	if err := fstree.Encode(&enc, tree0); err != nil {
+		t.Fatal(err)
+	}
+	tree, err := fstree.Decode(&enc, store.Resolve)
 	if err != nil {
 		t.Fatal(err)
 	}
