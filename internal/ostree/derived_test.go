@@ -3,11 +3,13 @@ package ostree
 import (
 	"archive/tar"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/okd-project/scos-builder/internal/fstree"
@@ -82,12 +84,44 @@ func TestDerivedLayer(t *testing.T) {
 		t.Errorf("merge commit timestamp %d parent %q subject %q", mc.Timestamp, mc.Parent, mc.Subject)
 	}
 
-	tree, info, err := Deploy(res, DeployOptions{OSName: testOS, Kargs: []string{"rw", "console=ttyS0"}})
+	tree, info, err := Deploy(res, DeployOptions{OSName: testOS, Kargs: []string{"rw", "console=ttyS0"}, BootKernelLinks: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sysroot := materialize(t, tree)
 	verifySysroot(t, sysroot, res, info)
+	// Live rootfs extras: kernel and hmac hardlinked into /boot, aleph file.
+	for src, dst := range map[string]string{info.Vmlinuz: "boot/vmlinuz-" + testKver, info.Hmac: "boot/.vmlinuz-" + testKver + ".hmac"} {
+		var a, b syscall.Stat_t
+		if err := syscall.Lstat(filepath.Join(sysroot, src), &a); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Lstat(filepath.Join(sysroot, dst), &b); err != nil || a.Ino != b.Ino {
+			t.Errorf("%s is not a hardlink of %s (%v)", dst, src, err)
+		}
+	}
+	var aleph struct {
+		Ref            string `json:"ref"`
+		Version        string `json:"version"`
+		OstreeCommit   string `json:"ostree-commit"`
+		ContainerImage struct {
+			Name   string            `json:"image-name"`
+			Digest string            `json:"image-digest"`
+			Labels map[string]string `json:"image-labels"`
+		} `json:"container-image"`
+	}
+	ab, err := os.ReadFile(filepath.Join(sysroot, ".aleph-version.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(ab, &aleph); err != nil {
+		t.Fatal(err)
+	}
+	if aleph.Ref != "ostree-unverified-registry:"+testRef || aleph.ContainerImage.Name != testRef ||
+		aleph.OstreeCommit != commit || aleph.Version != "42.20250101.0" ||
+		aleph.ContainerImage.Labels[LabelCommit] != commit || aleph.ContainerImage.Digest != res.ConfigDigest {
+		t.Errorf("aleph file: %s", ab)
+	}
 	out := run(t, "ostree", "ls", "--repo="+filepath.Join(sysroot, "ostree/repo"), "-X", res.Commit, "/usr/etc/derived.conf")
 	if !strings.Contains(out, "0x65, 0x74, 0x63, 0x5f, 0x74") { // "etc_t"
 		t.Errorf("derived.conf in the repo lacks the label: %s", out)
