@@ -2,6 +2,7 @@ package ostree
 
 import (
 	"archive/tar"
+	"context"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -96,7 +97,7 @@ type derivedLayer struct {
 // applyDerivedLayer folds a Containerfile layer into the tree as
 // ostree-ext's import does: path rules, whiteouts, opaque directories,
 // union semantics for existing directories, hardlinks within the layer.
-func (im *importer) applyDerivedLayer(t *fstree.Tree, l Layer, diffID string) error {
+func (im *importer) applyDerivedLayer(ctx context.Context, t *fstree.Tree, l Layer, diffID string) error {
 	lr, err := openLayer(l)
 	if err != nil {
 		return err
@@ -105,6 +106,9 @@ func (im *importer) applyDerivedLayer(t *fstree.Tree, l Layer, diffID string) er
 	d := &derivedLayer{im: im, t: t, l: l, added: map[string]bool{},
 		saved: map[string]savedSysrootFile{}, rehomed: map[string]string{}}
 	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		hdr, err := lr.Next()
 		if err == io.EOF {
 			break

@@ -539,7 +539,7 @@ func makeDerivedLayer(t testing.TB, entries []derivedEntry) testLayer {
 		tw.Write([]byte(e.data))
 	}
 	tw.Close()
-	return newTestLayer(t, buf.Bytes(), "gzip")
+	return newTestLayer(t, buf.Bytes(), "none") // uncompressed, as layers in an OCI layout may be
 }
 
 // materialize writes a deployed sysroot to disk for the ostree CLI.

@@ -141,8 +141,11 @@ type importer struct {
 	meta      map[string][]byte        // "<checksum>.<type>" → object bytes
 	metaOrder []string                 // insertion order, for deterministic output
 	origMeta  map[*fstree.Inode]string // directory → its unchanged dirmeta checksum
-	commit    string
-	stats     ImportStats
+	// xattrsByPath holds the xattr sets read so far by tar path (.file-xattrs
+	// and v0 xattrs/ entries), for the references that follow them.
+	xattrsByPath map[string][]fstree.Xattr
+	commit       string
+	stats        ImportStats
 }
 
 // Import reads an ostree container image layer by layer and returns its
@@ -200,14 +203,14 @@ func Import(ctx context.Context, img Image, store *fstree.Store, log io.Writer) 
 	}
 
 	im := &importer{store: store, log: log, objects: map[string]*fstree.Inode{}, objSum: map[*fstree.Inode]string{},
-		meta: map[string][]byte{}, origMeta: map[*fstree.Inode]string{}}
+		meta: map[string][]byte{}, origMeta: map[*fstree.Inode]string{}, xattrsByPath: map[string][]fstree.Xattr{}}
 	im.stats.Filtered = map[string]map[string]uint32{}
 	start := time.Now()
 	for i := 0; i <= k; i++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if err := im.importOstreeLayer(img.Layers[i], i, diffID(i)); err != nil {
+		if err := im.importOstreeLayer(ctx, img.Layers[i], i, diffID(i)); err != nil {
 			return nil, err
 		}
 		im.stats.OstreeLayers++
@@ -235,7 +238,7 @@ func Import(ctx context.Context, img Image, store *fstree.Store, log io.Writer) 
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if err := im.applyDerivedLayer(tree, img.Layers[i], diffID(i)); err != nil {
+		if err := im.applyDerivedLayer(ctx, tree, img.Layers[i], diffID(i)); err != nil {
 			return nil, err
 		}
 		im.stats.DerivedLayers++
@@ -344,16 +347,19 @@ type xattrRef struct {
 
 // importOstreeLayer reads the repository objects of an ostree layer
 // (commit layer or chunk layer); the hardlinked checkout is ignored.
-func (im *importer) importOstreeLayer(l Layer, index int, diffID string) error {
+func (im *importer) importOstreeLayer(ctx context.Context, l Layer, index int, diffID string) error {
 	lr, err := openLayer(l)
 	if err != nil {
 		return err
 	}
 	defer lr.Close()
-	xattrsByPath := map[string][]fstree.Xattr{}
+	xattrsByPath := im.xattrsByPath
 	var pending *xattrRef
 	nobj := 0
 	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		hdr, err := lr.Next()
 		if err == io.EOF {
 			break
