@@ -350,12 +350,19 @@ func Decode(typ string, data []byte) (any, error) {
 	if rest != "" {
 		return nil, fmt.Errorf("type %q is not a single complete type", typ)
 	}
-	return decode(t, data)
+	return decode(t, data, 0)
 }
+
+// maxDepth bounds nesting (variants can nest without limit in the type
+// system; ostree's types need 4 levels).
+const maxDepth = 64
 
 var errShort = errors.New("data too short")
 
-func decode(typ string, d []byte) (any, error) {
+func decode(typ string, d []byte, depth int) (any, error) {
+	if depth > maxDepth {
+		return nil, errors.New("decoding: nesting too deep")
+	}
 	if fs := fixedSize(typ); fs != 0 && len(d) != fs {
 		return nil, fmt.Errorf("decoding %s: %d bytes, want %d", typ, len(d), fs)
 	}
@@ -385,20 +392,20 @@ func decode(typ string, d []byte) (any, error) {
 		if _, rest, err := splitType(vt); err != nil || rest != "" {
 			return nil, fmt.Errorf("decoding v: invalid type %q", vt)
 		}
-		val, err := decode(vt, d[:i])
+		val, err := decode(vt, d[:i], depth+1)
 		if err != nil {
 			return nil, err
 		}
 		return Variant{Type: vt, Value: val}, nil
 	case 'a':
-		return decodeArray(typ, d)
+		return decodeArray(typ, d, depth)
 	case '(', '{':
-		return decodeTuple(typ, d)
+		return decodeTuple(typ, d, depth)
 	}
 	return nil, fmt.Errorf("unsupported type %q", typ)
 }
 
-func decodeArray(typ string, d []byte) (any, error) {
+func decodeArray(typ string, d []byte, depth int) (any, error) {
 	elem := typ[1:]
 	if elem == "y" {
 		return append([]byte{}, d...), nil
@@ -412,7 +419,7 @@ func decodeArray(typ string, d []byte) (any, error) {
 			return nil, fmt.Errorf("decoding %s: %d bytes is not a multiple of %d", typ, len(d), fs)
 		}
 		for i := 0; i < len(d); i += fs {
-			v, err := decode(elem, d[i:i+fs])
+			v, err := decode(elem, d[i:i+fs], depth+1)
 			if err != nil {
 				return nil, err
 			}
@@ -434,7 +441,7 @@ func decodeArray(typ string, d []byte) (any, error) {
 		if start > end || end > last {
 			return nil, fmt.Errorf("decoding %s: bad framing offset", typ)
 		}
-		v, err := decode(elem, d[start:end])
+		v, err := decode(elem, d[start:end], depth+1)
 		if err != nil {
 			return nil, err
 		}
@@ -444,7 +451,7 @@ func decodeArray(typ string, d []byte) (any, error) {
 	return items, nil
 }
 
-func decodeTuple(typ string, d []byte) (any, error) {
+func decodeTuple(typ string, d []byte, depth int) (any, error) {
 	ms, err := members(typ)
 	if err != nil {
 		return nil, err
@@ -473,7 +480,7 @@ func decodeTuple(typ string, d []byte) (any, error) {
 		if pos > end || end > len(d) {
 			return nil, fmt.Errorf("decoding %s: member %d out of bounds", typ, i)
 		}
-		v, err := decode(m, d[pos:end])
+		v, err := decode(m, d[pos:end], depth+1)
 		if err != nil {
 			return nil, err
 		}

@@ -85,3 +85,32 @@ func TestDecodeRejectsGarbage(t *testing.T) {
 		t.Error("Encode(u, string) succeeded")
 	}
 }
+
+// Random and truncated input never panics.
+func TestDecodeNoPanic(t *testing.T) {
+	valid, err := Encode("(a{sv}aya(say)sstayay)", []any{
+		[]any{[]any{"k", Variant{Type: "v", Value: Variant{Type: "as", Value: []any{"a", "b"}}}}},
+		[]byte{}, []any{}, "s", "b", uint64(1), bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := uint32(1)
+	next := func() byte { seed = seed*1664525 + 1013904223; return byte(seed >> 24) }
+	for i := 0; i < 4000; i++ {
+		b := append([]byte{}, valid...)
+		for j := 0; j < 1+i%4; j++ {
+			b[int(next())%len(b)] = next()
+		}
+		b = b[:int(next())%(len(b)+1)]
+		for _, typ := range []string{"(a{sv}aya(say)sstayay)", "(a(say)a(sayay))", "(uuua(ayay))", "v"} {
+			_, _ = Decode(typ, b)
+		}
+	}
+	deep := []byte{}
+	for i := 0; i < 1000; i++ {
+		deep = append(deep, 0, 'v')
+	}
+	if _, err := Decode("v", deep); err == nil {
+		t.Error("deeply nested variant decoded")
+	}
+}
