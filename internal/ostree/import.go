@@ -353,6 +353,8 @@ func (im *importer) importOstreeLayer(ctx context.Context, l Layer, index int, d
 		return err
 	}
 	defer lr.Close()
+	sw := newStoreWriter(im.store)
+	defer sw.wait()
 	xattrsByPath := im.xattrsByPath
 	var pending *xattrRef
 	nobj := 0
@@ -455,16 +457,19 @@ func (im *importer) importOstreeLayer(ctx context.Context, l Layer, index int, d
 			if _, ok := im.objects[checksum]; ok {
 				continue
 			}
-			ino, err := im.readContentObject(lr, hdr, checksum, xs)
+			ino, err := im.readContentObject(lr, hdr, checksum, xs, sw)
 			if err != nil {
 				return fmt.Errorf("layer %s: content object %s: %w", l.name(), checksum, err)
 			}
 			im.objects[checksum] = ino
 			im.objSum[ino] = checksum
-			im.stats.ContentBytes += ino.Size()
+			im.stats.ContentBytes += hdr.Size
 		default:
 			return fmt.Errorf("layer %s: unknown object type %q in %s", l.name(), typ, name)
 		}
+	}
+	if err := sw.wait(); err != nil {
+		return fmt.Errorf("layer %s: %w", l.name(), err)
 	}
 	return lr.finish(l, diffID)
 }
@@ -526,7 +531,7 @@ func readXattrsObject(r io.Reader, hdr *tar.Header, name string) ([]fstree.Xattr
 }
 
 // readContentObject stores a .file entry's data and checks its checksum.
-func (im *importer) readContentObject(r io.Reader, hdr *tar.Header, checksum string, xs []fstree.Xattr) (*fstree.Inode, error) {
+func (im *importer) readContentObject(r io.Reader, hdr *tar.Header, checksum string, xs []fstree.Xattr, sw *storeWriter) (*fstree.Inode, error) {
 	mode := uint32(hdr.Mode) & 0o7777
 	ino := &fstree.Inode{Mode: mode, UID: uint32(hdr.Uid), GID: uint32(hdr.Gid)}
 	for _, x := range xs {
@@ -539,7 +544,19 @@ func (im *importer) readContentObject(r io.Reader, hdr *tar.Header, checksum str
 		if err != nil {
 			return nil, err
 		}
-		if hdr.Size > 0 {
+		switch {
+		case hdr.Size > 0 && hdr.Size <= parallelMax:
+			data := make([]byte, hdr.Size)
+			if _, err := io.ReadFull(r, data); err != nil {
+				return nil, err
+			}
+			h.Write(data)
+			if got := hex.EncodeToString(h.Sum(nil)); got != checksum {
+				return nil, fmt.Errorf("checksum mismatch: content hashes to %s", got)
+			}
+			sw.submit(storeJob{ino: ino, checksum: checksum, data: data})
+			return ino, nil
+		case hdr.Size > 0:
 			c, err := im.store.Put(io.TeeReader(r, h))
 			if err != nil {
 				return nil, err
