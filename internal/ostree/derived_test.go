@@ -154,6 +154,7 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("%s: no error", name)
 			return
 		}
+		t.Logf("%s: %v", name, err)
 		for _, w := range want {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("%s: error %q lacks %q", name, err, w)

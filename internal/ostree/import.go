@@ -211,7 +211,7 @@ func Import(ctx context.Context, img Image, store *fstree.Store, log io.Writer) 
 			return nil, err
 		}
 		if err := im.importOstreeLayer(ctx, img.Layers[i], i, diffID(i)); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("importing image: %w", err)
 		}
 		im.stats.OstreeLayers++
 	}
@@ -239,7 +239,7 @@ func Import(ctx context.Context, img Image, store *fstree.Store, log io.Writer) 
 			return nil, err
 		}
 		if err := im.applyDerivedLayer(ctx, tree, img.Layers[i], diffID(i)); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("importing image: %w", err)
 		}
 		im.stats.DerivedLayers++
 	}
