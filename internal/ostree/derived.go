@@ -347,6 +347,7 @@ func (d *derivedLayer) applyFile(comps []string, hdr *tar.Header, content fstree
 	} else {
 		d.im.objects[sum] = ino
 		d.im.objSum[ino] = sum
+		d.im.derived[sum] = true
 		d.im.stats.ContentBytes += ino.Size()
 	}
 	parent.Entries[base] = ino

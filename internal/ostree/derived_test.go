@@ -90,6 +90,9 @@ func TestDerivedLayer(t *testing.T) {
 	}
 	sysroot := materialize(t, tree)
 	verifySysroot(t, sysroot, res, info)
+	compareWithAdminDeploy(t, sysroot, res, info, func(rel string) bool {
+		return rel == "boot/vmlinuz-"+testKver || rel == "boot/.vmlinuz-"+testKver+".hmac"
+	})
 	// Live rootfs extras: kernel and hmac hardlinked into /boot, aleph file.
 	for src, dst := range map[string]string{info.Vmlinuz: "boot/vmlinuz-" + testKver, info.Hmac: "boot/.vmlinuz-" + testKver + ".hmac"} {
 		var a, b syscall.Stat_t

@@ -575,6 +575,7 @@ func listing(t testing.TB, root string, skip func(string) bool) []string {
 			tgt, _ := os.Readlink(p)
 			line += " -> " + tgt
 		}
+		line += xattrSummary(p)
 		out = append(out, line)
 		return nil
 	})
@@ -582,4 +583,22 @@ func listing(t testing.TB, root string, skip func(string) bool) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// xattrSummary lists a path's xattrs (sorted) for listings.
+func xattrSummary(p string) string {
+	buf := make([]byte, 4096)
+	n, err := unix.Llistxattr(p, buf)
+	if err != nil || n == 0 {
+		return ""
+	}
+	names := strings.Split(strings.TrimRight(string(buf[:n]), "\x00"), "\x00")
+	sort.Strings(names)
+	var b strings.Builder
+	for _, name := range names {
+		v := make([]byte, 4096)
+		m, _ := unix.Lgetxattr(p, name, v)
+		fmt.Fprintf(&b, " %s=%q", name, v[:max(m, 0)])
+	}
+	return b.String()
 }

@@ -65,7 +65,7 @@ type ImportStats struct {
 	NewObjects      int   // objects written for the merge commit (derived content, dirtrees, dirmetas, commit)
 	DerivedEntries  int   // tar entries applied from derived layers
 	Whiteouts       int   // whiteouts and opaque markers applied
-	InheritedLabels int   // derived files that got their parent directory's SELinux label
+	InheritedLabels int   // derived files and directories that got their parent directory's SELinux label
 	// Filtered counts derived-layer entries dropped, by layer digest and top-level directory.
 	Filtered map[string]map[string]uint32
 }
@@ -144,6 +144,9 @@ type importer struct {
 	// xattrsByPath holds the xattr sets read so far by tar path (.file-xattrs
 	// and v0 xattrs/ entries), for the references that follow them.
 	xattrsByPath map[string][]fstree.Xattr
+	// derived marks content objects made from derived layers; those the
+	// merge commit does not use (replaced or whited out later) are dropped.
+	derived map[string]bool
 	commit       string
 	stats        ImportStats
 }
@@ -203,7 +206,7 @@ func Import(ctx context.Context, img Image, store *fstree.Store, log io.Writer) 
 	}
 
 	im := &importer{store: store, log: log, objects: map[string]*fstree.Inode{}, objSum: map[*fstree.Inode]string{},
-		meta: map[string][]byte{}, origMeta: map[*fstree.Inode]string{}, xattrsByPath: map[string][]fstree.Xattr{}}
+		meta: map[string][]byte{}, origMeta: map[*fstree.Inode]string{}, xattrsByPath: map[string][]fstree.Xattr{}, derived: map[string]bool{}}
 	im.stats.Filtered = map[string]map[string]uint32{}
 	start := time.Now()
 	for i := 0; i <= k; i++ {
@@ -244,7 +247,7 @@ func Import(ctx context.Context, img Image, store *fstree.Store, log io.Writer) 
 		im.stats.DerivedLayers++
 	}
 	if im.stats.DerivedLayers > 0 {
-		fmt.Fprintf(log, "applied %d derived layer(s): %d entries, %d whiteouts; %d new file(s) got their parent directory's SELinux label\n",
+		fmt.Fprintf(log, "applied %d derived layer(s): %d entries, %d whiteouts; %d new entries got their parent directory's SELinux label\n",
 			im.stats.DerivedLayers, im.stats.DerivedEntries, im.stats.Whiteouts, im.stats.InheritedLabels)
 		for _, l := range sortedKeys(im.stats.Filtered) {
 			for _, top := range sortedKeys(im.stats.Filtered[l]) {
@@ -310,6 +313,7 @@ func Import(ctx context.Context, img Image, store *fstree.Store, log io.Writer) 
 	if res.ImageRef != "" {
 		res.Refs[RefImagePrefix+EscapeRef(res.ImageRef)] = merge
 	}
+	im.dropUnusedDerived(tree)
 	im.stats.ContentObjects = len(im.objects)
 	im.stats.MetaObjects = len(im.meta)
 	res.Stats = im.stats
@@ -682,6 +686,26 @@ func cleanupRoot(t *fstree.Tree) {
 	for _, p := range []string{"usr/etc/hostname", "usr/etc/resolv.conf"} {
 		if ino, err := t.Lookup(p); err == nil && ino.Kind == fstree.KindRegular && ino.Size() == 0 {
 			_ = t.Remove(p)
+		}
+	}
+}
+
+// dropUnusedDerived forgets derived-layer objects the merge commit does
+// not reference, so the repository holds only reachable objects.
+func (im *importer) dropUnusedDerived(t *fstree.Tree) {
+	if len(im.derived) == 0 {
+		return
+	}
+	used := map[*fstree.Inode]bool{}
+	_ = t.Walk(func(_ string, ino *fstree.Inode) error {
+		used[ino] = true
+		return nil
+	})
+	for sum := range im.derived {
+		if ino := im.objects[sum]; !used[ino] {
+			im.stats.ContentBytes -= ino.Size()
+			delete(im.objects, sum)
+			delete(im.objSum, ino)
 		}
 	}
 }

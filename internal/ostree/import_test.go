@@ -185,7 +185,16 @@ func TestDeployVerifiedByOstree(t *testing.T) {
 	}
 	verifySysroot(t, sysroot, res, info)
 
-	// Golden: the same merge commit deployed by ostree admin deploy.
+	compareWithAdminDeploy(t, sysroot, res, info, nil)
+}
+
+// compareWithAdminDeploy deploys the same merge commit (pulled from our
+// repo) with ostree admin deploy and compares normalized listings and the
+// BLS entry. Documented differences: ostree's repo lock file, our aleph
+// files (written by the image builder, not by ostree admin deploy), and
+// whatever extraSkip names.
+func compareWithAdminDeploy(t *testing.T, sysroot string, res *ImportResult, info *DeployInfo, extraSkip func(string) bool) {
+	t.Helper()
 	golden := filepath.Join(t.TempDir(), "golden")
 	t.Cleanup(func() { exec.Command("chattr", "-R", "-f", "-i", golden).Run() })
 	os.MkdirAll(golden, 0o755)
@@ -200,11 +209,9 @@ func TestDeployVerifiedByOstree(t *testing.T) {
 	os.WriteFile(origin, []byte("[origin]\ncontainer-image-reference=ostree-unverified-registry:"+testRef+"\n"), 0o644)
 	run(t, "ostree", "admin", "deploy", "--sysroot="+golden, "--os="+testOS, "--no-prune",
 		"--origin-file="+origin, "--karg=rw", "--karg=console=ttyS0", res.Commit)
-
-	// Documented differences: ostree's repo lock file, and our aleph files
-	// (written by the image builder, not by ostree admin deploy).
 	skip := func(rel string) bool {
-		return rel == "ostree/repo/.lock" || rel == ".aleph-version.json" || rel == ".coreos-aleph-version.json"
+		return rel == "ostree/repo/.lock" || rel == ".aleph-version.json" || rel == ".coreos-aleph-version.json" ||
+			(extraSkip != nil && extraSkip(rel))
 	}
 	want := listing(t, golden, skip)
 	got := listing(t, sysroot, skip)
