@@ -147,8 +147,8 @@ type importer struct {
 	// derived marks content objects made from derived layers; those the
 	// merge commit does not use (replaced or whited out later) are dropped.
 	derived map[string]bool
-	commit       string
-	stats        ImportStats
+	commit  string
+	stats   ImportStats
 }
 
 // Import reads an ostree container image layer by layer and returns its
