@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/okd-project/scos-builder/internal/fstree"
 )
@@ -43,6 +44,9 @@ func mapDerivedPath(comps []string) ([]string, string) {
 func splitTarPath(name string) ([]string, error) {
 	if strings.HasPrefix(name, "/") {
 		return nil, fmt.Errorf("entry %q has an absolute path", name)
+	}
+	if !utf8.ValidString(name) || strings.ContainsRune(name, 0) {
+		return nil, fmt.Errorf("entry %q is not valid UTF-8, which ostree requires", name)
 	}
 	var comps []string
 	for _, c := range strings.Split(name, "/") {

@@ -218,6 +218,7 @@ func TestBadInput(t *testing.T) {
 		{"hardlink absolute", []derivedEntry{{name: "usr/bin/l", typ: tar.TypeLink, linkname: "/etc/shadow"}}, "absolute target"},
 		{"symlink escape", []derivedEntry{{name: "usr/bin/l", typ: tar.TypeSymlink, linkname: "../../../etc/shadow"}}, "outside the tree"},
 		{"through symlink", []derivedEntry{{name: "usr/bin/hi/evil", typ: tar.TypeReg, data: "x"}}, "through symlink"},
+		{"not utf-8", []derivedEntry{{name: "usr/bin/\xff", typ: tar.TypeReg, data: "x"}}, "UTF-8"},
 		{"device", []derivedEntry{{name: "usr/lib/null", typ: tar.TypeChar}}, "cannot hold"},
 	}
 	for _, c := range derivedCases {
