@@ -69,9 +69,41 @@ func (s *Store) Put(r io.Reader) (*StoredContent, error) {
 	return &StoredContent{path: dst, size: n, digest: digest}, nil
 }
 
-// PutBytes stores b.
+// PutBytes stores b. The digest is known before anything is written, so
+// the temporary file is created in the object's own shard directory
+// (concurrent writers rarely contend for one directory) and nothing is
+// written when the content is already stored.
 func (s *Store) PutBytes(b []byte) (*StoredContent, error) {
-	return s.Put(bytes.NewReader(b))
+	sum := sha256.Sum256(b)
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	dst := s.Path(digest)
+	n := int64(len(b))
+	if st, err := os.Stat(dst); err == nil && st.Size() == n {
+		return &StoredContent{path: dst, size: n, digest: digest}, nil
+	}
+	dir := filepath.Dir(dst)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating content store directory: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, ".put-*")
+	if err != nil {
+		return nil, fmt.Errorf("creating temporary file in content store: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(b)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), dst)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("storing %s: %w", digest, err)
+	}
+	return &StoredContent{path: dst, size: n, digest: digest}, nil
 }
 
 // Get returns the stored content with the given digest and size.

@@ -170,3 +170,33 @@ func TestCopyOut(t *testing.T) {
 		t.Fatal("copied a path outside the requested subtree")
 	}
 }
+
+func TestPutBytesMatchesPut(t *testing.T) {
+	store, err := OpenStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []byte("same bytes either way\n")
+	a, err := store.Put(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := store.PutBytes(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := store.PutBytes([]byte("other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Digest() != b.Digest() || a.Path() != b.Path() || a.Size() != b.Size() || c.Digest() == a.Digest() {
+		t.Fatalf("Put %v and PutBytes %v disagree", a, b)
+	}
+	got, err := os.ReadFile(c.Path())
+	if err != nil || string(got) != "other" {
+		t.Fatalf("stored %q, %v", got, err)
+	}
+	if matches, _ := filepath.Glob(filepath.Join(store.Dir(), "*", ".put-*")); len(matches) != 0 {
+		t.Fatalf("temporary files left: %v", matches)
+	}
+}
