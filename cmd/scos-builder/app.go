@@ -35,6 +35,8 @@ var logLevels = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.Lev
 // commands lists the subcommands; each is defined in its own file.
 func commands() []*cli.Command {
 	return []*cli.Command{
+		buildCommand(),
+		planCommand(),
 		versionCommand(),
 		recipesCommand(),
 		payloadCommand(),

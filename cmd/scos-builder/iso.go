@@ -119,7 +119,6 @@ func isoArg(cmd *cli.Command) (string, error) {
 	return args[0], nil
 }
 
-
 // editISO opens the ISO, applies edit and writes the result: in place, to
 // the -o path, or to stdout for "-o -".
 func editISO(ctx context.Context, cmd *cli.Command, edit func(*liveiso.ISO) error) error {

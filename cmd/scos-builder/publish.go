@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -46,9 +44,12 @@ func runPublish(ctx context.Context, cmd *cli.Command) error {
 	if cmd.String("to") == "" && cmd.String("oci-layout") == "" {
 		return errors.New("publish: --to REF is required (or --oci-layout DIR to only write a layout)")
 	}
-	created, err := sourceDateEpoch()
-	if err != nil {
+	// Zero (unset) lets the layout take the newest stream's last-modified.
+	var created time.Time
+	if n, set, err := envSourceDateEpoch(); err != nil {
 		return err
+	} else if set {
+		created = time.Unix(n, 0).UTC()
 	}
 	res, err := publish.Publish(ctx, dirs, publish.Options{
 		LayoutOptions: publish.LayoutOptions{
@@ -75,17 +76,4 @@ func runPublish(ctx context.Context, cmd *cli.Command) error {
 		fmt.Fprintf(stdout(cmd), "oci:%s:%s@%s\n", res.LayoutDir, cmd.String("tag"), res.Digest)
 	}
 	return nil
-}
-
-// sourceDateEpoch returns SOURCE_DATE_EPOCH as a time, or zero when unset.
-func sourceDateEpoch() (time.Time, error) {
-	v, ok := os.LookupEnv("SOURCE_DATE_EPOCH")
-	if !ok || v == "" {
-		return time.Time{}, nil
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 {
-		return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH=%q is not a non-negative number of seconds", v)
-	}
-	return time.Unix(n, 0).UTC(), nil
 }

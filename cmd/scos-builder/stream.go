@@ -87,4 +87,3 @@ func runStreamValidate(_ context.Context, cmd *cli.Command) error {
 	}
 	return errors.Join(errs...)
 }
-
