@@ -257,10 +257,12 @@ type LiveBootconfigOptions struct {
 	// Labels are the OS image's labels (com.coreos.osname).
 	Labels map[string]string `json:"labels"`
 	// Kargs are appended after coreos.liveiso=<volid>.
-	Kargs           []string `json:"kargs"`
-	Release         string   `json:"release"`
-	SyslinuxDir     string   `json:"syslinux-dir,omitempty"`
-	SourceDateEpoch int64    `json:"source-date-epoch"`
+	Kargs       []string `json:"kargs"`
+	Release     string   `json:"release"`
+	SyslinuxDir string   `json:"syslinux-dir,omitempty"`
+	// AllowNoEFI builds a BIOS-only ISO when the image has no EFI binaries.
+	AllowNoEFI      bool  `json:"allow-no-efi,omitempty"`
+	SourceDateEpoch int64 `json:"source-date-epoch"`
 }
 
 // Validate implements builder.Options.
@@ -298,7 +300,7 @@ func (s *LiveBootconfig) Run(ctx context.Context, rc *builder.RunContext) error 
 		Initramfs: filepath.Join(rc.Inputs[TypeLiveInitrd], InitrdFile),
 		Rootfs:    filepath.Join(rc.Inputs[TypeLiveRootfs], RootfsImgFile),
 		OSName:    osname, Version: version, AddKargs: s.Opts.Kargs, Recipe: s.Opts.Recipe,
-		SyslinuxDir: s.Opts.SyslinuxDir, SourceDateEpoch: s.Opts.SourceDateEpoch, Log: rc.Log,
+		SyslinuxDir: s.Opts.SyslinuxDir, AllowNoEFI: s.Opts.AllowNoEFI, SourceDateEpoch: s.Opts.SourceDateEpoch, Log: rc.Log,
 	})
 	if err != nil {
 		return err
@@ -362,7 +364,7 @@ func liveStages(cfg *Config) []builder.Stage {
 			Release: cfg.Release, SourceDateEpoch: cfg.SourceDateEpoch}},
 		&LiveInitrd{Opts: LiveInitrdOptions{Release: cfg.Release, SourceDateEpoch: cfg.SourceDateEpoch}},
 		&LiveBootconfig{Opts: LiveBootconfigOptions{Arch: cfg.Arch, Recipe: cfg.Recipe.Name, RecipeOSName: cfg.Recipe.OSName,
-			Labels: cfg.Labels, Kargs: liveKargs, Release: cfg.Release, SyslinuxDir: cfg.SyslinuxDir, SourceDateEpoch: cfg.SourceDateEpoch}},
+			Labels: cfg.Labels, Kargs: liveKargs, Release: cfg.Release, SyslinuxDir: cfg.SyslinuxDir, AllowNoEFI: cfg.AllowNoEFI, SourceDateEpoch: cfg.SourceDateEpoch}},
 		&ISOMaster{Opts: ISOMasterOptions{Arch: cfg.Arch, SourceDateEpoch: cfg.SourceDateEpoch}},
 	}
 }

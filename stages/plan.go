@@ -34,6 +34,8 @@ type Config struct {
 	RootfsFSType  string
 	// SyslinuxDir overrides where the BIOS boot files are taken from.
 	SyslinuxDir string
+	// AllowNoEFI builds a BIOS-only ISO when the image has no EFI binaries.
+	AllowNoEFI bool
 	// BaseURL prefixes the stream's artifact locations.
 	BaseURL string
 	// Version is scos-builder's version (the stream generator).

@@ -36,6 +36,7 @@ func planFlags() []cli.Flag {
 		&cli.StringFlag{Name: "rootfs-builder", Value: "native", Usage: "how to write the live rootfs: native (no root needed) or mksquashfs (runs as root on a materialized tree)"},
 		&cli.StringFlag{Name: "rootfs-fstype", Usage: "override the image's live-rootfs-fstype: squashfs or erofs"},
 		&cli.StringFlag{Name: "syslinux-dir", Usage: "take the BIOS boot files (isolinux.bin, *.c32, isohdpfx.bin) from `DIR`"},
+		&cli.BoolFlag{Name: "allow-no-efi", Usage: "build a BIOS-only ISO when the image has no EFI binaries (default: refuse)"},
 		&cli.StringFlag{Name: "base-url", Usage: "prefix the stream's artifact locations with `URL/` (default: bare file names)"},
 	}
 	return append(flags, sourceFlags()...)
@@ -162,7 +163,7 @@ func resolveBuild(ctx context.Context, cmd *cli.Command) (*stages.Config, *regis
 	}
 	cfg := &stages.Config{Payload: payloadRef, Arch: arch, Kargs: cmd.StringSlice("karg"),
 		RootfsBuilder: cmd.String("rootfs-builder"), RootfsFSType: cmd.String("rootfs-fstype"),
-		SyslinuxDir: cmd.String("syslinux-dir"), BaseURL: cmd.String("base-url"), Version: version}
+		SyslinuxDir: cmd.String("syslinux-dir"), AllowNoEFI: cmd.Bool("allow-no-efi"), BaseURL: cmd.String("base-url"), Version: version}
 	if cfg.BaseURL != "" && !strings.HasSuffix(cfg.BaseURL, "/") {
 		cfg.BaseURL += "/"
 	}
