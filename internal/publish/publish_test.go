@@ -187,7 +187,7 @@ func checkCoreOS(t *testing.T, root, arch string, wantISO []byte, wantArchs []st
 func TestPublishMachineOSImagesExtractedWithSkopeo(t *testing.T) {
 	testutil.RequireTool(t, "skopeo", "tar")
 	isolatedAuth(t)
-	reg := startRegistry(t, false)
+	reg := testutil.StartDockerRegistry(t, testutil.RegistryOptions{})
 	x86, arm := makeBuild(t, "x86_64"), makeBuild(t, "aarch64")
 	ref := reg.Addr + "/okd/machine-os-images:test"
 	res, err := Publish(context.Background(), []string{x86, arm}, Options{
@@ -239,7 +239,7 @@ func TestPublishMachineOSImagesExtractedWithSkopeo(t *testing.T) {
 func TestPublishOCIArtifactIndexFoundByArtifactType(t *testing.T) {
 	testutil.RequireTool(t, "skopeo")
 	isolatedAuth(t)
-	reg := startRegistry(t, false)
+	reg := testutil.StartDockerRegistry(t, testutil.RegistryOptions{})
 	x86, arm := makeBuild(t, "x86_64"), makeBuild(t, "aarch64")
 	ref := reg.Addr + "/okd/scos-iso:test"
 	res, err := Publish(context.Background(), []string{arm, x86}, Options{
@@ -263,7 +263,7 @@ func TestPublishOCIArtifactIndexFoundByArtifactType(t *testing.T) {
 	found := map[string]bool{}
 	var streamSeen bool
 	for _, d := range idx.Manifests {
-		mdata := reg.get(t, "/v2/okd/scos-iso/manifests/"+d.Digest.String(), ocispec.MediaTypeImageManifest)
+		mdata := registryGet(t, reg, "/v2/okd/scos-iso/manifests/"+d.Digest.String(), ocispec.MediaTypeImageManifest)
 		var m ocispec.Manifest
 		if err := json.Unmarshal(mdata, &m); err != nil {
 			t.Fatal(err)
@@ -271,7 +271,7 @@ func TestPublishOCIArtifactIndexFoundByArtifactType(t *testing.T) {
 		if m.ArtifactType != d.ArtifactType || len(m.Layers) != 1 {
 			t.Fatalf("manifest %s: artifactType %q (index says %q), %d layers", d.Digest, m.ArtifactType, d.ArtifactType, len(m.Layers))
 		}
-		blob := reg.get(t, "/v2/okd/scos-iso/blobs/"+m.Layers[0].Digest.String(), "")
+		blob := registryGet(t, reg, "/v2/okd/scos-iso/blobs/"+m.Layers[0].Digest.String(), "")
 		if "sha256:"+sha256Hex(blob) != m.Layers[0].Digest.String() {
 			t.Fatalf("blob %s has another digest", m.Layers[0].Digest)
 		}
@@ -306,7 +306,7 @@ func TestPublishOCIArtifactIndexFoundByArtifactType(t *testing.T) {
 
 func TestPublishToUnauthorizedRegistry(t *testing.T) {
 	isolatedAuth(t)
-	reg := startRegistry(t, true)
+	reg := testutil.StartDockerRegistry(t, testutil.RegistryOptions{User: "builder", Password: "s3cret-pass"})
 	dir := makeBuild(t, "x86_64")
 	ref := reg.Addr + "/okd/machine-os-images:auth"
 	opts := func(authFile string) Options {
@@ -318,19 +318,19 @@ func TestPublishToUnauthorizedRegistry(t *testing.T) {
 		t.Fatalf("push without credentials: want a clear authentication error, got %v", err)
 	}
 	t.Logf("no credentials: %v", err)
-	_, err = Publish(context.Background(), []string{dir}, opts(reg.authFile(t, reg.User, "wrong")))
+	_, err = Publish(context.Background(), []string{dir}, opts(reg.AuthFile(t, reg.User, "wrong")))
 	if err == nil || !strings.Contains(err.Error(), "--authfile") {
 		t.Fatalf("push with a wrong password: got %v", err)
 	}
 	t.Logf("wrong password: %v", err)
-	if _, err := Publish(context.Background(), []string{dir}, opts(reg.authFile(t, reg.User, reg.Password))); err != nil {
+	if _, err := Publish(context.Background(), []string{dir}, opts(reg.AuthFile(t, reg.User, reg.Password))); err != nil {
 		t.Fatalf("push with the right credentials: %v", err)
 	}
 }
 
 // writeBaseImage pushes a two-platform base image with one layer holding
 // etc/base-release and a label.
-func writeBaseImage(t *testing.T, reg *testRegistry, ref string) {
+func writeBaseImage(t *testing.T, reg *testutil.DockerRegistry, ref string) {
 	t.Helper()
 	dir := t.TempDir()
 	l, err := openLayout(dir)
@@ -375,7 +375,7 @@ func writeBaseImage(t *testing.T, reg *testRegistry, ref string) {
 func TestPublishMachineOSImagesOnBaseImage(t *testing.T) {
 	testutil.RequireTool(t, "skopeo", "tar")
 	isolatedAuth(t)
-	reg := startRegistry(t, false)
+	reg := testutil.StartDockerRegistry(t, testutil.RegistryOptions{})
 	base := reg.Addr + "/base/rhel:9"
 	writeBaseImage(t, reg, base)
 	x86, arm := makeBuild(t, "x86_64"), makeBuild(t, "aarch64")
