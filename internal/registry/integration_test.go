@@ -25,11 +25,16 @@ func TestDockerRegistryTLSAndAuth(t *testing.T) {
 	}
 	ctx := context.Background()
 	wantDigest, _ := img.Digest()
-
-	t.Run("right credentials", func(t *testing.T) {
+	// trusting verifies TLS against the registry's CA.
+	trusting := func() Options {
 		opts := testOptions()
 		opts.TLSVerify = true
 		opts.CertDir = reg.CertDir
+		return opts
+	}
+
+	t.Run("right credentials", func(t *testing.T) {
+		opts := trusting()
 		opts.AuthFile = reg.AuthFile(t, "builder", "s3cret")
 		got, err := Fetch(ctx, ref.String(), t.TempDir(), opts, nil)
 		if err != nil {
@@ -41,27 +46,18 @@ func TestDockerRegistryTLSAndAuth(t *testing.T) {
 	})
 	t.Run("credentials from REGISTRY_AUTH_FILE", func(t *testing.T) {
 		t.Setenv("REGISTRY_AUTH_FILE", reg.AuthFile(t, "builder", "s3cret"))
-		opts := testOptions()
-		opts.TLSVerify = true
-		opts.CertDir = reg.CertDir
+		opts := trusting()
 		if _, err := Fetch(ctx, ref.String(), t.TempDir(), opts, nil); err != nil {
 			t.Fatal(err)
 		}
 	})
 	t.Run("credentials from ~/.docker/config.json", func(t *testing.T) {
-		home := t.TempDir()
-		t.Setenv("HOME", home)
-		t.Setenv("XDG_RUNTIME_DIR", home)
-		t.Setenv("XDG_CONFIG_HOME", "")
-		t.Setenv("DOCKER_CONFIG", "")
-		t.Setenv("REGISTRY_AUTH_FILE", "")
+		home := isolateCredentials(t)
 		os.Mkdir(filepath.Join(home, ".docker"), 0o700)
 		data, _ := os.ReadFile(reg.AuthFile(t, "builder", "wrong"))
 		dockerConfig := filepath.Join(home, ".docker", "config.json")
 		os.WriteFile(dockerConfig, data, 0o600)
-		opts := testOptions()
-		opts.TLSVerify = true
-		opts.CertDir = reg.CertDir
+		opts := trusting()
 		_, err := Fetch(ctx, ref.String(), t.TempDir(), opts, nil)
 		if err == nil || !strings.Contains(err.Error(), "were read from "+dockerConfig) {
 			t.Fatalf("wrong credentials in %s: got %v", dockerConfig, err)
@@ -73,9 +69,7 @@ func TestDockerRegistryTLSAndAuth(t *testing.T) {
 		}
 	})
 	t.Run("wrong credentials", func(t *testing.T) {
-		opts := testOptions()
-		opts.TLSVerify = true
-		opts.CertDir = reg.CertDir
+		opts := trusting()
 		opts.AuthFile = reg.AuthFile(t, "builder", "wrong")
 		_, err := Fetch(ctx, ref.String(), t.TempDir(), opts, nil)
 		if err == nil || !strings.Contains(err.Error(), opts.AuthFile) || !strings.Contains(err.Error(), reg.Addr) {
@@ -84,15 +78,8 @@ func TestDockerRegistryTLSAndAuth(t *testing.T) {
 		t.Logf("wrong credentials: %v", err)
 	})
 	t.Run("no credentials", func(t *testing.T) {
-		home := t.TempDir()
-		t.Setenv("HOME", home)
-		t.Setenv("XDG_RUNTIME_DIR", home)
-		t.Setenv("XDG_CONFIG_HOME", "")
-		t.Setenv("DOCKER_CONFIG", "")
-		t.Setenv("REGISTRY_AUTH_FILE", "")
-		opts := testOptions()
-		opts.TLSVerify = true
-		opts.CertDir = reg.CertDir
+		isolateCredentials(t)
+		opts := trusting()
 		_, err := Fetch(ctx, ref.String(), t.TempDir(), opts, nil)
 		if err == nil || !strings.Contains(err.Error(), "no credentials for "+reg.Addr) {
 			t.Fatalf("got %v, want an error saying no credentials were found", err)
@@ -120,6 +107,18 @@ func TestDockerRegistryTLSAndAuth(t *testing.T) {
 			t.Errorf("got %s, want %s", got.Digest, wantDigest)
 		}
 	})
+}
+
+// isolateCredentials points HOME and the other places containers look for
+// credentials at an empty directory, which it returns.
+func isolateCredentials(t *testing.T) string {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_RUNTIME_DIR", home)
+	t.Setenv("XDG_CONFIG_HOME", "")
+	t.Setenv("DOCKER_CONFIG", "")
+	t.Setenv("REGISTRY_AUTH_FILE", "")
+	return home
 }
 
 // TestContainersStorageInput copies an image into a temporary vfs
