@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -85,18 +84,6 @@ func isolatedAuth(t *testing.T) {
 	t.Setenv("DOCKER_CONFIG", home)
 }
 
-func runTool(t *testing.T, name string, args ...string) []byte {
-	t.Helper()
-	var stderr bytes.Buffer
-	cmd := exec.Command(name, args...)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr.String())
-	}
-	return out
-}
-
 // extractLikeOC does what `oc image extract --filter-by-os=linux/<goarch>`
 // does, with skopeo and tar as independent tools: select the platform's
 // image from the list, fetch it, and unpack its layers in order.
@@ -105,7 +92,7 @@ func extractLikeOC(t *testing.T, ref, goarch string, extraSkopeo ...string) (roo
 	dir := filepath.Join(t.TempDir(), "img")
 	args := append([]string{"--override-os", "linux", "--override-arch", goarch}, extraSkopeo...)
 	args = append(args, "copy", "--src-tls-verify=false", "docker://"+ref, "dir:"+dir)
-	runTool(t, "skopeo", args...)
+	testutil.Run(t, "skopeo", args...)
 	var m ocispec.Manifest
 	data, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
 	if err != nil {
@@ -126,7 +113,7 @@ func extractLikeOC(t *testing.T, ref, goarch string, extraSkopeo ...string) (roo
 		t.Fatal(err)
 	}
 	for _, l := range m.Layers {
-		runTool(t, "tar", "-xzf", filepath.Join(dir, l.Digest.Encoded()), "-C", root)
+		testutil.Run(t, "tar", "-xzf", filepath.Join(dir, l.Digest.Encoded()), "-C", root)
 	}
 	return root, config, len(m.Layers)
 }
@@ -197,7 +184,7 @@ func TestPublishMachineOSImagesExtractedWithSkopeo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw := runTool(t, "skopeo", "inspect", "--raw", "--tls-verify=false", "docker://"+ref)
+	raw := []byte(testutil.Run(t, "skopeo", "inspect", "--raw", "--tls-verify=false", "docker://"+ref))
 	if got := "sha256:" + sha256Hex(raw); got != res.Digest.String() {
 		t.Errorf("registry index %s, Publish reported %s", got, res.Digest)
 	}
@@ -251,7 +238,7 @@ func TestPublishOCIArtifactIndexFoundByArtifactType(t *testing.T) {
 	}
 	// As coreos-assembler's import does: read the index raw, keep entries
 	// whose artifactType starts with application/vnd.diskimage., fetch layers[0].
-	raw := runTool(t, "skopeo", "inspect", "--raw", "--tls-verify=false", "docker://"+ref)
+	raw := []byte(testutil.Run(t, "skopeo", "inspect", "--raw", "--tls-verify=false", "docker://"+ref))
 	var idx ocispec.Index
 	if err := json.Unmarshal(raw, &idx); err != nil {
 		t.Fatal(err)
@@ -389,7 +376,7 @@ func TestPublishMachineOSImagesOnBaseImage(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			raw := runTool(t, "skopeo", "inspect", "--raw", "--tls-verify=false", "docker://"+ref)
+			raw := []byte(testutil.Run(t, "skopeo", "inspect", "--raw", "--tls-verify=false", "docker://"+ref))
 			var idx ocispec.Index
 			if err := json.Unmarshal(raw, &idx); err != nil || idx.MediaType != wantIndex[format] {
 				t.Fatalf("want %s, got %s (%v)", wantIndex[format], idx.MediaType, err)
