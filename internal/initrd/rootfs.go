@@ -20,6 +20,7 @@ import (
 
 	"github.com/okd-project/scos-builder/internal/cpio"
 	"github.com/okd-project/scos-builder/internal/fstree"
+	"github.com/okd-project/scos-builder/internal/logtail"
 	"github.com/okd-project/scos-builder/internal/squashfs"
 )
 
@@ -367,7 +368,7 @@ func external(ctx context.Context, out io.WriterAt, tree *fstree.Tree, opts Root
 	cmd.Stdout = &stderr
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("running %s %s: %w\n%s", tool, strings.Join(args, " "), err, tailLines(stderr.String(), 20))
+		return 0, fmt.Errorf("running %s %s: %w\n%s", tool, strings.Join(args, " "), err, logtail.Last(stderr.String(), 20))
 	}
 	f, err := os.Open(img)
 	if err != nil {
@@ -407,12 +408,4 @@ func hasOptionPrefix(args []string, prefix string) bool {
 		}
 	}
 	return false
-}
-
-func tailLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

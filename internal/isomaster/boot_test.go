@@ -13,6 +13,7 @@ import (
 	"github.com/okd-project/scos-builder/internal/bootconfig/bootconfigtest"
 	"github.com/okd-project/scos-builder/internal/fixtures"
 	"github.com/okd-project/scos-builder/internal/fixtures/qemuboot"
+	"github.com/okd-project/scos-builder/internal/logtail"
 	"github.com/okd-project/scos-builder/internal/testutil"
 )
 
@@ -144,11 +145,11 @@ func TestBootQEMU(t *testing.T) {
 			}
 			t.Logf("%s/%s booted in %s: %s", c.fw, c.media, tr.Duration.Round(100*time.Millisecond), strings.Join(report, "; "))
 			if !strings.Contains(log, "LIVE-FIRMWARE: "+c.want) {
-				t.Errorf("firmware is not %s:\n%s", c.want, tail(log, 20))
+				t.Errorf("firmware is not %s:\n%s", c.want, logtail.Last(log, 20))
 			}
 			m := regexp.MustCompile(`LIVE-CMDLINE: (.*)`).FindStringSubmatch(log)
 			if m == nil {
-				t.Fatalf("no command line in the log:\n%s", tail(log, 20))
+				t.Fatalf("no command line in the log:\n%s", logtail.Last(log, 20))
 			}
 			// The bootloader adds BOOT_IMAGE= (GRUB) or initrd= (ISOLINUX).
 			if !strings.Contains(m[1], wantCmdline) || !strings.Contains(m[1], "coreos.liveiso="+res.VolumeID) {
@@ -156,7 +157,7 @@ func TestBootQEMU(t *testing.T) {
 			}
 			for _, want := range []string{"LIVE-ISO-DEVICE: /dev/", "LIVE-DEPLOYMENTS: 1\n", "LIVE-ROOTFS-MARKER: " + marker + "\n"} {
 				if !strings.Contains(log, want) {
-					t.Errorf("log lacks %q:\n%s", want, tail(log, 20))
+					t.Errorf("log lacks %q:\n%s", want, logtail.Last(log, 20))
 				}
 			}
 		})

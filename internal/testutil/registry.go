@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/okd-project/scos-builder/internal/logtail"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -126,7 +127,7 @@ http:
 		}
 		if time.Now().After(deadline) {
 			out, _ := os.ReadFile(logPath)
-			t.Fatalf("docker-registry did not come up on %s: %v\n%s", r.Addr, err, tailLines(string(out), 20))
+			t.Fatalf("docker-registry did not come up on %s: %v\n%s", r.Addr, err, logtail.Last(string(out), 20))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -221,12 +222,4 @@ func writeTestCA(t testing.TB, certDir, crt, key string) []byte {
 		}
 	}
 	return caPEM
-}
-
-func tailLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
