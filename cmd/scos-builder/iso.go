@@ -119,6 +119,17 @@ func isoArg(cmd *cli.Command) (string, error) {
 	return args[0], nil
 }
 
+// openISOArg opens the command's one ISO argument read-only and returns it
+// with its path.
+func openISOArg(cmd *cli.Command) (*liveiso.ISO, string, error) {
+	path, err := isoArg(cmd)
+	if err != nil {
+		return nil, "", err
+	}
+	iso, err := liveiso.Open(path)
+	return iso, path, err
+}
+
 // editISO opens the ISO, applies edit and writes the result: in place, to
 // the -o path, or to stdout for "-o -".
 func editISO(ctx context.Context, cmd *cli.Command, edit func(*liveiso.ISO) error) error {
@@ -209,11 +220,7 @@ func ignitionEmbed(ctx context.Context, cmd *cli.Command) error {
 }
 
 func ignitionShow(ctx context.Context, cmd *cli.Command) error {
-	path, err := isoArg(cmd)
-	if err != nil {
-		return err
-	}
-	iso, err := liveiso.Open(path)
+	iso, _, err := openISOArg(cmd)
 	if err != nil {
 		return err
 	}
@@ -229,11 +236,7 @@ func ignitionShow(ctx context.Context, cmd *cli.Command) error {
 }
 
 func kargsShow(ctx context.Context, cmd *cli.Command) error {
-	path, err := isoArg(cmd)
-	if err != nil {
-		return err
-	}
-	iso, err := liveiso.Open(path)
+	iso, _, err := openISOArg(cmd)
 	if err != nil {
 		return err
 	}
@@ -286,11 +289,7 @@ type inspection struct {
 }
 
 func inspect(ctx context.Context, cmd *cli.Command) error {
-	path, err := isoArg(cmd)
-	if err != nil {
-		return err
-	}
-	iso, err := liveiso.Open(path)
+	iso, path, err := openISOArg(cmd)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/okd-project/scos-builder/internal/logtail"
 )
 
 // ErrNoEFI means the image has no EFI binaries to boot the ISO with.
@@ -319,16 +321,7 @@ func runTool(ctx context.Context, log io.Writer, env []string, path string, args
 		fmt.Fprintf(log, "+ %s %s\n%s", path, strings.Join(args, " "), out.String())
 	}
 	if err != nil {
-		return fmt.Errorf("running %s: %w: %s", filepath.Base(path), err, tail(out.String(), 10))
+		return fmt.Errorf("running %s: %w: %s", filepath.Base(path), err, logtail.Last(out.String(), 10))
 	}
 	return nil
-}
-
-// tail returns the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

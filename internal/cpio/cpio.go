@@ -82,6 +82,35 @@ func align4(n int64) int64 { return (n + 3) &^ 3 }
 
 var zeros [4]byte
 
+// Marshal returns the header as an archive holds it: the fixed part, the
+// name and the padding up to the entry's data (HeaderLen(h.Name) bytes). It
+// is for callers that write an entry's data themselves, for example at a
+// fixed offset, and patch the header (its Size) afterwards.
+func (h *Header) Marshal() ([]byte, error) {
+	if h.Name == "" {
+		return nil, errors.New("writing cpio header: empty name")
+	}
+	if h.Size < 0 || h.Size > 0xffffffff {
+		return nil, fmt.Errorf("writing cpio header for %s: size %d does not fit in newc's 32 bits", h.Name, h.Size)
+	}
+	nlink := h.NLink
+	if nlink == 0 {
+		nlink = 1
+	}
+	buf := make([]byte, 0, HeaderLen(h.Name))
+	buf = append(buf, magicNewc...)
+	for _, v := range []uint32{h.Ino, h.Mode, h.UID, h.GID, nlink, h.Mtime, uint32(h.Size),
+		h.DevMajor, h.DevMinor, h.RDevMajor, h.RDevMinor, uint32(len(h.Name) + 1), h.Check} {
+		buf = fmt.Appendf(buf, "%08x", v)
+	}
+	buf = append(buf, h.Name...)
+	buf = append(buf, 0)
+	for int64(len(buf))%4 != 0 {
+		buf = append(buf, 0)
+	}
+	return buf, nil
+}
+
 // Writer writes a newc archive.
 type Writer struct {
 	w         io.Writer
@@ -107,26 +136,9 @@ func (w *Writer) WriteHeader(h *Header) error {
 	if err := w.finishEntry(); err != nil {
 		return err
 	}
-	if h.Name == "" {
-		return errors.New("writing cpio header: empty name")
-	}
-	if h.Size < 0 || h.Size > 0xffffffff {
-		return fmt.Errorf("writing cpio header for %s: size %d does not fit in newc's 32 bits", h.Name, h.Size)
-	}
-	nlink := h.NLink
-	if nlink == 0 {
-		nlink = 1
-	}
-	buf := make([]byte, 0, HeaderLen(h.Name))
-	buf = append(buf, magicNewc...)
-	for _, v := range []uint32{h.Ino, h.Mode, h.UID, h.GID, nlink, h.Mtime, uint32(h.Size),
-		h.DevMajor, h.DevMinor, h.RDevMajor, h.RDevMinor, uint32(len(h.Name) + 1), h.Check} {
-		buf = fmt.Appendf(buf, "%08x", v)
-	}
-	buf = append(buf, h.Name...)
-	buf = append(buf, 0)
-	for int64(len(buf))%4 != 0 {
-		buf = append(buf, 0)
+	buf, err := h.Marshal()
+	if err != nil {
+		return err
 	}
 	if err := w.write(buf); err != nil {
 		return fmt.Errorf("writing cpio header for %s: %w", h.Name, err)

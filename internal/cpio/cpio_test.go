@@ -103,6 +103,29 @@ func TestHeaderLen(t *testing.T) {
 	}
 }
 
+// TestMarshal checks that Marshal gives the bytes the Writer writes, so a
+// caller can write a header at a fixed offset and patch its size later.
+func TestMarshal(t *testing.T) {
+	h := Header{Name: "root.squashfs", Mode: ModeRegular | 0o644, Ino: 1, Mtime: 1700000000, Size: 8}
+	b, err := h.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(b)) != HeaderLen(h.Name) {
+		t.Errorf("Marshal gave %d bytes, HeaderLen is %d", len(b), HeaderLen(h.Name))
+	}
+	archive := writeArchive(t, []entry{{h, "hsqs...."}})
+	if !bytes.Equal(archive[:len(b)], b) {
+		t.Errorf("Marshal = %q, the Writer wrote %q", b, archive[:len(b)])
+	}
+	if _, err := (&Header{Name: "x", Size: 1 << 32}).Marshal(); err == nil {
+		t.Error("Marshal accepted a size beyond 32 bits")
+	}
+	if _, err := (&Header{}).Marshal(); err == nil {
+		t.Error("Marshal accepted an empty name")
+	}
+}
+
 func TestErrors(t *testing.T) {
 	archive := writeArchive(t, sample)
 	for name, tc := range map[string]struct {

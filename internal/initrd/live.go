@@ -9,6 +9,8 @@ import (
 	"io"
 
 	"github.com/klauspost/compress/gzip"
+
+	"github.com/okd-project/scos-builder/internal/cpio"
 )
 
 // StreamHashChunk is the chunk size of the live rootfs stream hash.
@@ -63,29 +65,41 @@ func WriteLiveInitrd(out io.Writer, base io.Reader, stamps LiveStamps) (int64, e
 		return n, fmt.Errorf("writing initrd.img: copying the initramfs: %w", err)
 	}
 	var archive bytes.Buffer
-	archive.Write(make([]byte, pad4(int(n%4))))
+	archive.Write(make([]byte, pad4(n)))
 	gz, err := gzip.NewWriterLevel(&archive, gzip.BestCompression)
 	if err != nil {
 		return n, fmt.Errorf("writing initrd.img: %w", err)
 	}
-	c := &newcWriter{w: gz}
-	t := stamps.MTime
-	for _, step := range []func() error{
-		func() error { return c.dir("etc", t) },
-		func() error { return c.file("etc/coreos-live-initramfs", []byte(stamps.Version+"\n"), t) },
-		func() error { return c.dir("etc/coreos", t) },
-		func() error { return c.file("etc/coreos/features.json", stamps.Features, t) },
-		func() error { return c.file("etc/coreos-live-want-rootfs", []byte(stamps.RootfsStreamHash), t) },
-		c.trailer,
+	c := cpio.NewWriter(gz)
+	t := uint32(stamps.MTime)
+	dir := func(ino uint32, name string) cpio.Header {
+		return cpio.Header{Name: name, Ino: ino, Mode: cpio.ModeDir | 0o755, NLink: 2, Mtime: t}
+	}
+	file := func(ino uint32, name string) cpio.Header {
+		return cpio.Header{Name: name, Ino: ino, Mode: cpio.ModeRegular | 0o644, NLink: 1, Mtime: t}
+	}
+	for _, e := range []struct {
+		h    cpio.Header
+		data []byte
+	}{
+		{dir(1, "etc"), nil},
+		{file(2, "etc/coreos-live-initramfs"), []byte(stamps.Version + "\n")},
+		{dir(3, "etc/coreos"), nil},
+		{file(4, "etc/coreos/features.json"), stamps.Features},
+		{file(5, "etc/coreos-live-want-rootfs"), []byte(stamps.RootfsStreamHash)},
 	} {
-		if err := step(); err != nil {
+		e.h.Size = int64(len(e.data))
+		if err := c.WriteEntry(&e.h, bytes.NewReader(e.data)); err != nil {
 			return n, fmt.Errorf("writing initrd.img: %w", err)
 		}
+	}
+	if err := c.Close(); err != nil {
+		return n, fmt.Errorf("writing initrd.img: %w", err)
 	}
 	if err := gz.Close(); err != nil {
 		return n, fmt.Errorf("writing initrd.img: %w", err)
 	}
-	archive.Write(make([]byte, pad4(int((n+int64(archive.Len()))%4))))
+	archive.Write(make([]byte, pad4(n+int64(archive.Len()))))
 	m, err := out.Write(archive.Bytes())
 	if err != nil {
 		return n + int64(m), fmt.Errorf("writing initrd.img: %w", err)

@@ -18,7 +18,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/okd-project/scos-builder/internal/cpio"
 	"github.com/okd-project/scos-builder/internal/fstree"
+	"github.com/okd-project/scos-builder/internal/logtail"
 	"github.com/okd-project/scos-builder/internal/squashfs"
 )
 
@@ -126,10 +128,13 @@ func WriteRootfsImg(ctx context.Context, out io.WriterAt, tree *fstree.Tree, opt
 	if opts.FSType == EROFS {
 		name = "root.erofs"
 	}
-	first := newcEntry{name: name, ino: 1, mode: modeRegular | 0o644, nlink: 1, mtime: opts.MkfsTime}
-	hdr := first.header()
-	if len(hdr) != dataOffset {
-		return 0, fmt.Errorf("writing rootfs.img: internal error: %s header is %d bytes", name, len(hdr))
+	first := cpio.Header{Name: name, Ino: 1, Mode: cpio.ModeRegular | 0o644, NLink: 1, Mtime: uint32(opts.MkfsTime)}
+	if cpio.HeaderLen(name) != dataOffset {
+		return 0, fmt.Errorf("writing rootfs.img: internal error: %s header is %d bytes", name, cpio.HeaderLen(name))
+	}
+	hdr, err := first.Marshal()
+	if err != nil {
+		return 0, fmt.Errorf("writing rootfs.img: %w", err)
 	}
 	if _, err := out.WriteAt(hdr, 0); err != nil {
 		return 0, fmt.Errorf("writing rootfs.img: %w", err)
@@ -152,26 +157,33 @@ func WriteRootfsImg(ctx context.Context, out io.WriterAt, tree *fstree.Tree, opt
 			return 0, fmt.Errorf("writing rootfs.img: %w", err)
 		}
 	}
-	if size > maxNewcSize {
-		return 0, fmt.Errorf("writing rootfs.img: the %s is %d bytes, a newc cpio member holds at most %d", name, size, int64(maxNewcSize))
+	first.Size = size
+	if hdr, err = first.Marshal(); err != nil {
+		return 0, fmt.Errorf("writing rootfs.img: %w", err)
 	}
-	first.size = size
-	if _, err := out.WriteAt(first.header(), 0); err != nil {
+	if _, err := out.WriteAt(hdr, 0); err != nil {
 		return 0, fmt.Errorf("writing rootfs.img: patching the size of %s: %w", name, err)
 	}
 
 	pos := int64(dataOffset) + size
 	var tail bytes.Buffer
-	tail.Write(make([]byte, pad4(int(pos%4))))
-	c := &newcWriter{w: &tail, ino: 1}
-	if err := c.dir("etc", opts.MkfsTime); err != nil {
-		return 0, err
+	tail.Write(make([]byte, pad4(pos)))
+	c := cpio.NewWriter(&tail)
+	mtime := uint32(opts.MkfsTime)
+	for _, e := range []struct {
+		h    cpio.Header
+		data string
+	}{
+		{cpio.Header{Name: "etc", Ino: 2, Mode: cpio.ModeDir | 0o755, NLink: 2, Mtime: mtime}, ""},
+		{cpio.Header{Name: "etc/coreos-live-rootfs", Ino: 3, Mode: cpio.ModeRegular | 0o644, NLink: 1, Mtime: mtime}, opts.Version + "\n"},
+	} {
+		e.h.Size = int64(len(e.data))
+		if err := c.WriteEntry(&e.h, strings.NewReader(e.data)); err != nil {
+			return 0, fmt.Errorf("writing rootfs.img: %w", err)
+		}
 	}
-	if err := c.file("etc/coreos-live-rootfs", []byte(opts.Version+"\n"), opts.MkfsTime); err != nil {
-		return 0, err
-	}
-	if err := c.trailer(); err != nil {
-		return 0, err
+	if err := c.Close(); err != nil {
+		return 0, fmt.Errorf("writing rootfs.img: %w", err)
 	}
 	if _, err := out.WriteAt(tail.Bytes(), pos); err != nil {
 		return 0, fmt.Errorf("writing rootfs.img: %w", err)
@@ -356,7 +368,7 @@ func external(ctx context.Context, out io.WriterAt, tree *fstree.Tree, opts Root
 	cmd.Stdout = &stderr
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("running %s %s: %w\n%s", tool, strings.Join(args, " "), err, tailLines(stderr.String(), 20))
+		return 0, fmt.Errorf("running %s %s: %w\n%s", tool, strings.Join(args, " "), err, logtail.Last(stderr.String(), 20))
 	}
 	f, err := os.Open(img)
 	if err != nil {
@@ -396,12 +408,4 @@ func hasOptionPrefix(args []string, prefix string) bool {
 		}
 	}
 	return false
-}
-
-func tailLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

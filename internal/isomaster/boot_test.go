@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/okd-project/scos-builder/internal/bootconfig/bootconfigtest"
-	"github.com/okd-project/scos-builder/internal/qemutest"
+	"github.com/okd-project/scos-builder/internal/fixtures"
+	"github.com/okd-project/scos-builder/internal/fixtures/qemuboot"
+	"github.com/okd-project/scos-builder/internal/logtail"
 	"github.com/okd-project/scos-builder/internal/testutil"
 )
 
@@ -71,34 +73,39 @@ func TestBootQEMU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU")
 	}
-	testutil.RequireTool(t, "qemu-system-x86_64", "xorriso", "mformat")
-	if _, _, err := qemutest.OVMFFiles(); err != nil {
+	testutil.RequireTool(t, "qemu-system-x86_64", "xorriso", "mformat", "modprobe")
+	if _, _, err := qemuboot.OVMFFiles(qemuboot.UEFI); err != nil {
 		testutil.SkipOrFail(t, "%v", err)
 	}
-	kernel, err := qemutest.DebianKernel(context.Background(), qemutest.CacheDir())
+	ctx := context.Background()
+	kernel, err := fixtures.DebianKernel(ctx, fixtures.DefaultCacheDir(), "", t.Logf)
 	if err != nil {
 		testutil.SkipOrFail(t, "no Debian kernel for the boot test: %v", err)
 	}
-	mods, err := kernel.ModuleLoadOrder(bootModules...)
+	mods, err := kernel.ModuleLoadOrder(ctx, bootModules...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	extra := map[string][]byte{"modules": []byte(strings.Join(mods, "\n") + "\n")}
 	for _, m := range mods {
-		data, err := os.ReadFile(filepath.Join(kernel.ModulesDir, m))
+		data, err := os.ReadFile(filepath.Join(kernel.ModulesDir(), m))
 		if err != nil {
 			t.Fatal(err)
 		}
 		extra["lib/modules/"+filepath.ToSlash(m)] = data
 	}
 	dir := t.TempDir()
-	initrd := filepath.Join(dir, "initrd.img")
-	if err := qemutest.BusyboxInitramfs(initrd, bootInit, extra); err != nil {
+	initrdData, err := fixtures.BusyboxInitramfs(bootInit, extra)
+	if err != nil {
 		testutil.SkipOrFail(t, "%v", err)
+	}
+	initrd := filepath.Join(dir, "initrd.img")
+	if err := os.WriteFile(initrd, initrdData, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	// A fresh marker proves the guest read this build's rootfs.
 	marker := "rootfs-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	in := liveInputs{kernel: kernel.Vmlinuz, initramfs: initrd, rootfs: bootconfigtest.Rootfs(t, dir, marker)}
+	in := liveInputs{kernel: kernel.Vmlinuz(), initramfs: initrd, rootfs: bootconfigtest.Rootfs(t, dir, marker)}
 	iso, res, _ := buildISO(t, "x86_64", in, []string{"mitigations=auto,nosmt"})
 	wantCmdline := res.Kargs.Default
 	if !strings.Contains(wantCmdline, "coreos.liveiso="+res.VolumeID) {
@@ -106,38 +113,43 @@ func TestBootQEMU(t *testing.T) {
 	}
 
 	for _, c := range []struct {
-		fw    qemutest.Firmware
-		media qemutest.Media
+		fw    qemuboot.Firmware
+		media string
 		want  string
 	}{
-		{qemutest.SeaBIOS, qemutest.CDROM, "bios"},
-		{qemutest.SeaBIOS, qemutest.Disk, "bios"},
-		{qemutest.OVMF, qemutest.CDROM, "uefi"},
-		{qemutest.OVMF, qemutest.Disk, "uefi"},
+		{qemuboot.BIOS, "cdrom", "bios"},
+		{qemuboot.BIOS, "disk", "bios"},
+		{qemuboot.UEFI, "cdrom", "uefi"},
+		{qemuboot.UEFI, "disk", "uefi"},
 	} {
-		t.Run(string(c.fw)+"-"+string(c.media), func(t *testing.T) {
+		t.Run(string(c.fw)+"-"+c.media, func(t *testing.T) {
 			t.Parallel()
-			work := t.TempDir()
 			// Generous: CI runners and shared hosts are slow under TCG; dead
 			// ends are detected early anyway.
-			tr, err := qemutest.Run(context.Background(), qemutest.Boot{Image: iso, Firmware: c.fw, Media: c.media, WorkDir: work, Timeout: 300 * time.Second})
-			if err != nil {
-				t.Fatalf("%v\nqemu: %s\nserial log:\n%s", err, argsOf(tr), tail(clean(logOf(tr)), 40))
+			cfg := qemuboot.Config{Firmware: c.fw, WorkDir: t.TempDir(), Timeout: 300 * time.Second}
+			if c.media == "cdrom" {
+				cfg.CDROM = iso
+			} else {
+				cfg.Disk = iso
 			}
-			log := clean(tr.Log)
+			tr, err := qemuboot.Boot(context.Background(), cfg)
+			if err != nil {
+				t.Fatalf("%v\nqemu: %s", err, argsOf(tr))
+			}
+			log := clean(tr.Transcript)
 			var report []string
 			for _, l := range strings.Split(log, "\n") {
 				if strings.HasPrefix(l, "LIVE-") && !strings.HasPrefix(l, "LIVE-CMDLINE") {
 					report = append(report, l)
 				}
 			}
-			t.Logf("%s/%s booted in %s: %s", c.fw, c.media, tr.Elapsed.Round(100*time.Millisecond), strings.Join(report, "; "))
+			t.Logf("%s/%s booted in %s: %s", c.fw, c.media, tr.Duration.Round(100*time.Millisecond), strings.Join(report, "; "))
 			if !strings.Contains(log, "LIVE-FIRMWARE: "+c.want) {
-				t.Errorf("firmware is not %s:\n%s", c.want, tail(log, 20))
+				t.Errorf("firmware is not %s:\n%s", c.want, logtail.Last(log, 20))
 			}
 			m := regexp.MustCompile(`LIVE-CMDLINE: (.*)`).FindStringSubmatch(log)
 			if m == nil {
-				t.Fatalf("no command line in the log:\n%s", tail(log, 20))
+				t.Fatalf("no command line in the log:\n%s", logtail.Last(log, 20))
 			}
 			// The bootloader adds BOOT_IMAGE= (GRUB) or initrd= (ISOLINUX).
 			if !strings.Contains(m[1], wantCmdline) || !strings.Contains(m[1], "coreos.liveiso="+res.VolumeID) {
@@ -145,7 +157,7 @@ func TestBootQEMU(t *testing.T) {
 			}
 			for _, want := range []string{"LIVE-ISO-DEVICE: /dev/", "LIVE-DEPLOYMENTS: 1\n", "LIVE-ROOTFS-MARKER: " + marker + "\n"} {
 				if !strings.Contains(log, want) {
-					t.Errorf("log lacks %q:\n%s", want, tail(log, 20))
+					t.Errorf("log lacks %q:\n%s", want, logtail.Last(log, 20))
 				}
 			}
 		})
@@ -157,16 +169,9 @@ func clean(s string) string {
 	return regexp.MustCompile(`\x1b\[[0-9;=?]*[A-Za-z]`).ReplaceAllString(strings.ReplaceAll(s, "\r", ""), "")
 }
 
-func argsOf(tr *qemutest.Transcript) string {
+func argsOf(tr *qemuboot.Result) string {
 	if tr == nil {
 		return ""
 	}
 	return strings.Join(tr.Args, " ")
-}
-
-func logOf(tr *qemutest.Transcript) string {
-	if tr == nil {
-		return ""
-	}
-	return tr.Log
 }

@@ -28,6 +28,7 @@ import (
 	"strings"
 
 	"github.com/okd-project/scos-builder/internal/bootconfig"
+	"github.com/okd-project/scos-builder/internal/logtail"
 )
 
 // Tree paths of the boot files.
@@ -174,7 +175,7 @@ func Master(ctx context.Context, tree, out string, opts Options) (*Result, error
 		fmt.Fprintf(opts.Log, "+ %s %s\n%s", xorriso, strings.Join(args, " "), output.String())
 	}
 	if runErr != nil {
-		return nil, fmt.Errorf("mastering ISO %s: running xorriso: %w: %s", out, runErr, tail(output.String(), 15))
+		return nil, fmt.Errorf("mastering ISO %s: running xorriso: %w: %s", out, runErr, logtail.Last(output.String(), 15))
 	}
 	sum, size, err := fileSHA256(tmp)
 	if err != nil {
@@ -198,12 +199,4 @@ func fileSHA256(p string) (string, int64, error) {
 		return "", 0, err
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/okd-project/scos-builder/internal/fstree"
+	"github.com/okd-project/scos-builder/internal/testutil"
 )
 
 func TestDerivedLayer(t *testing.T) {
@@ -125,7 +126,7 @@ func TestDerivedLayer(t *testing.T) {
 		aleph.ContainerImage.Labels[LabelCommit] != commit || aleph.ContainerImage.Digest != res.ConfigDigest {
 		t.Errorf("aleph file: %s", ab)
 	}
-	out := run(t, "ostree", "ls", "--repo="+filepath.Join(sysroot, "ostree/repo"), "-X", res.Commit, "/usr/etc/derived.conf")
+	out := testutil.Run(t, "ostree", "ls", "--repo="+filepath.Join(sysroot, "ostree/repo"), "-X", res.Commit, "/usr/etc/derived.conf")
 	if !strings.Contains(out, "0x65, 0x74, 0x63, 0x5f, 0x74") { // "etc_t"
 		t.Errorf("derived.conf in the repo lacks the label: %s", out)
 	}
@@ -133,7 +134,7 @@ func TestDerivedLayer(t *testing.T) {
 	if err != nil || string(b) != "derived=1\n" {
 		t.Errorf("deployed /etc/derived.conf: %q %v", b, err)
 	}
-	diff := run(t, "ostree", "diff", "--repo="+filepath.Join(sysroot, "ostree/repo"), res.BaseCommit, res.Commit)
+	diff := testutil.Run(t, "ostree", "diff", "--repo="+filepath.Join(sysroot, "ostree/repo"), res.BaseCommit, res.Commit)
 	for _, want := range []string{"A    /usr/bin/derived-tool", "M    /usr/bin/hello", "D    /usr/bin/hi"} {
 		if !strings.Contains(diff, want) {
 			t.Errorf("ostree diff base merge lacks %q:\n%s", want, diff)

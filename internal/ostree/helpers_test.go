@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -35,18 +34,6 @@ const (
 	usrLabel   = "system_u:object_r:usr_t:s0"
 	createdRFC = "2025-01-01T00:00:00Z"
 )
-
-func run(t testing.TB, name string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command(name, args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s%s", name, strings.Join(args, " "), err, out, stderr.String())
-	}
-	return string(out)
-}
 
 // requireOstree skips (fails under CI) without root and the ostree CLI.
 func requireOstree(t testing.TB) {
@@ -151,14 +138,14 @@ func makeRootfs(t testing.TB, dir string, o rootfsOpts) {
 func commitRootfs(t testing.TB, rootfs string, bootable bool) (string, string) {
 	t.Helper()
 	repo := filepath.Join(t.TempDir(), "repo")
-	run(t, "ostree", "init", "--repo="+repo, "--mode=bare")
+	testutil.Run(t, "ostree", "init", "--repo="+repo, "--mode=bare")
 	args := []string{"commit", "--repo=" + repo, "--branch=exampleos/x86_64/stable",
 		"--add-metadata-string=version=42.20250101.0", "--subject=Test CoreOS 42.20250101.0",
 		"--timestamp=" + createdRFC, "--tree=dir=" + rootfs}
 	if bootable {
 		args = append(args, "--bootable")
 	}
-	out := run(t, "ostree", args...)
+	out := testutil.Run(t, "ostree", args...)
 	return repo, strings.TrimSpace(out)
 }
 

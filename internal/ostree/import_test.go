@@ -107,8 +107,8 @@ func TestExportedLayerIsValid(t *testing.T) {
 	os.MkdirAll(x, 0o755)
 	blob := filepath.Join(t.TempDir(), "layer.tar.gz")
 	os.WriteFile(blob, layers[0].data, 0o644)
-	run(t, "tar", "-xpzf", blob, "-C", x, "--xattrs", "--xattrs-include=*", "--numeric-owner")
-	out := run(t, "ostree", "fsck", "--repo="+filepath.Join(x, "sysroot/ostree/repo"))
+	testutil.Run(t, "tar", "-xpzf", blob, "-C", x, "--xattrs", "--xattrs-include=*", "--numeric-owner")
+	out := testutil.Run(t, "ostree", "fsck", "--repo="+filepath.Join(x, "sysroot/ostree/repo"))
 	if !strings.Contains(out, "no errors found") {
 		t.Fatalf("fsck of extracted layer: %s", out)
 	}
@@ -181,7 +181,7 @@ func TestDeployVerifiedByOstree(t *testing.T) {
 	}
 	sysroot := materialize(t, tree)
 	if keep := os.Getenv("KEEP_SYSROOT"); keep != "" {
-		run(t, "cp", "-a", sysroot, keep)
+		testutil.Run(t, "cp", "-a", sysroot, keep)
 	}
 	verifySysroot(t, sysroot, res, info)
 
@@ -198,16 +198,16 @@ func compareWithAdminDeploy(t *testing.T, sysroot string, res *ImportResult, inf
 	golden := filepath.Join(t.TempDir(), "golden")
 	t.Cleanup(func() { exec.Command("chattr", "-R", "-f", "-i", golden).Run() })
 	os.MkdirAll(golden, 0o755)
-	run(t, "ostree", "admin", "init-fs", "--modern", golden)
-	run(t, "ostree", "admin", "os-init", "--sysroot="+golden, testOS)
+	testutil.Run(t, "ostree", "admin", "init-fs", "--modern", golden)
+	testutil.Run(t, "ostree", "admin", "os-init", "--sysroot="+golden, testOS)
 	ourRepo := filepath.Join(sysroot, "ostree/repo")
-	run(t, "ostree", "pull-local", "--repo="+golden+"/ostree/repo", ourRepo, res.Commit, res.BaseCommit)
+	testutil.Run(t, "ostree", "pull-local", "--repo="+golden+"/ostree/repo", ourRepo, res.Commit, res.BaseCommit)
 	for r, c := range res.Refs {
-		run(t, "ostree", "refs", "--repo="+golden+"/ostree/repo", "--create="+r, c)
+		testutil.Run(t, "ostree", "refs", "--repo="+golden+"/ostree/repo", "--create="+r, c)
 	}
 	origin := filepath.Join(t.TempDir(), "origin")
 	os.WriteFile(origin, []byte("[origin]\ncontainer-image-reference=ostree-unverified-registry:"+testRef+"\n"), 0o644)
-	run(t, "ostree", "admin", "deploy", "--sysroot="+golden, "--os="+testOS, "--no-prune",
+	testutil.Run(t, "ostree", "admin", "deploy", "--sysroot="+golden, "--os="+testOS, "--no-prune",
 		"--origin-file="+origin, "--karg=rw", "--karg=console=ttyS0", res.Commit)
 	skip := func(rel string) bool {
 		return rel == "ostree/repo/.lock" || rel == ".aleph-version.json" || rel == ".coreos-aleph-version.json" ||
@@ -253,14 +253,14 @@ func diffLines(want, got []string) string {
 func verifySysroot(t *testing.T, sysroot string, res *ImportResult, info *DeployInfo) {
 	t.Helper()
 	repo := filepath.Join(sysroot, "ostree/repo")
-	if out := run(t, "ostree", "fsck", "--repo="+repo); !strings.Contains(out, "no errors found") {
+	if out := testutil.Run(t, "ostree", "fsck", "--repo="+repo); !strings.Contains(out, "no errors found") {
 		t.Errorf("fsck: %s", out)
 	}
-	status := run(t, "ostree", "admin", "status", "--sysroot="+sysroot)
+	status := testutil.Run(t, "ostree", "admin", "status", "--sysroot="+sysroot)
 	if !strings.Contains(status, testOS+" "+res.Commit+".0") || strings.Count(status, ".0\n") != 1 {
 		t.Errorf("admin status does not show one deployment of %s:\n%s", res.Commit, status)
 	}
-	if got := strings.TrimSpace(run(t, "ostree", "rev-parse", "--repo="+repo, "ostree/1/1/0")); got != res.Commit {
+	if got := strings.TrimSpace(testutil.Run(t, "ostree", "rev-parse", "--repo="+repo, "ostree/1/1/0")); got != res.Commit {
 		t.Errorf("ostree/1/1/0 = %s, want %s", got, res.Commit)
 	}
 	link, err := os.Readlink(filepath.Join(sysroot, info.Bootlink))
@@ -280,7 +280,7 @@ func verifySysroot(t *testing.T, sysroot string, res *ImportResult, info *Deploy
 	if deploy != filepath.Join(sysroot, info.DeployPath) {
 		t.Errorf("bootlink resolves to %s, want %s", deploy, filepath.Join(sysroot, info.DeployPath))
 	}
-	diff := run(t, "ostree", "diff", "--repo="+repo, res.Commit, filepath.Join(sysroot, info.DeployPath))
+	diff := testutil.Run(t, "ostree", "diff", "--repo="+repo, res.Commit, filepath.Join(sysroot, info.DeployPath))
 	etcLine := regexp.MustCompile(`^A\s+/?etc(/|$)`)
 	sawEtc := false
 	for _, l := range strings.Split(strings.TrimSpace(diff), "\n") {
@@ -334,21 +334,21 @@ func verifySysroot(t *testing.T, sysroot string, res *ImportResult, info *Deploy
 	if string(origin) != "[origin]\ncontainer-image-reference=ostree-unverified-registry:"+testRef+"\n" {
 		t.Errorf("origin file: %q", origin)
 	}
-	if out := run(t, "ostree", "config", "--repo="+repo, "get", "core.mode"); strings.TrimSpace(out) != "bare" {
+	if out := testutil.Run(t, "ostree", "config", "--repo="+repo, "get", "core.mode"); strings.TrimSpace(out) != "bare" {
 		t.Errorf("repo mode %q", out)
 	}
 	cfg, _ := os.ReadFile(filepath.Join(repo, "config"))
 	if strings.Contains(string(cfg), "readonly") {
 		t.Errorf("repo config sets readonly: %s", cfg)
 	}
-	md := run(t, "ostree", "show", "--repo="+repo, "--print-metadata-key="+MetaManifestDigest, "ostree/1/1/0")
+	md := testutil.Run(t, "ostree", "show", "--repo="+repo, "--print-metadata-key="+MetaManifestDigest, "ostree/1/1/0")
 	if strings.Trim(strings.TrimSpace(md), "'") != res.ManifestDigest {
 		t.Errorf("merge commit %s = %s, want %s", MetaManifestDigest, md, res.ManifestDigest)
 	}
-	if out := run(t, "ostree", "show", "--repo="+repo, "--print-metadata-key=ostree.bootable", res.BaseCommit); strings.TrimSpace(out) != "true" {
+	if out := testutil.Run(t, "ostree", "show", "--repo="+repo, "--print-metadata-key=ostree.bootable", res.BaseCommit); strings.TrimSpace(out) != "true" {
 		t.Errorf("base commit ostree.bootable = %q", out)
 	}
-	refs := run(t, "ostree", "refs", "--repo="+repo)
+	refs := testutil.Run(t, "ostree", "refs", "--repo="+repo)
 	for r := range res.Refs {
 		if !strings.Contains(refs, r) {
 			t.Errorf("ref %s missing from ostree refs:\n%s", r, refs)

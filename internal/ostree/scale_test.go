@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/okd-project/scos-builder/internal/fstree"
+	"github.com/okd-project/scos-builder/internal/testutil"
 )
 
 // TestScale measures import + deploy of a large synthetic image (time and
@@ -83,10 +84,10 @@ func TestScale(t *testing.T) {
 
 	if keep := os.Getenv("SCALE_KEEP"); keep != "" {
 		os.MkdirAll(keep, 0o755)
-		run(t, "cp", layerPath, cfgPath, keep)
+		testutil.Run(t, "cp", layerPath, cfgPath, keep)
 	}
 	// Both measured runs start with no dirty pages, the layer in the page cache.
-	run(t, "sync")
+	testutil.Run(t, "sync")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestScaleChild$", "-test.v")
 	cmd.Env = append(os.Environ(), "SCALE_CHILD_LAYER="+layerPath, "SCALE_CHILD_CONFIG="+cfgPath,
 		"SCALE_CHILD_STORE="+filepath.Join(work, "store"))
@@ -98,11 +99,11 @@ func TestScale(t *testing.T) {
 	}
 	rss := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
 	os.RemoveAll(filepath.Join(work, "store"))
-	run(t, "sync")
+	testutil.Run(t, "sync")
 	untar := filepath.Join(work, "untar")
 	os.MkdirAll(untar, 0o755)
 	start = time.Now()
-	run(t, "tar", "-xf", layerPath, "-C", untar)
+	testutil.Run(t, "tar", "-xf", layerPath, "-C", untar)
 	tarTime := time.Since(start)
 	os.RemoveAll(untar)
 	t.Logf("child output:\n%s", out)

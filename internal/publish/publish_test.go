@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -85,18 +84,6 @@ func isolatedAuth(t *testing.T) {
 	t.Setenv("DOCKER_CONFIG", home)
 }
 
-func runTool(t *testing.T, name string, args ...string) []byte {
-	t.Helper()
-	var stderr bytes.Buffer
-	cmd := exec.Command(name, args...)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr.String())
-	}
-	return out
-}
-
 // extractLikeOC does what `oc image extract --filter-by-os=linux/<goarch>`
 // does, with skopeo and tar as independent tools: select the platform's
 // image from the list, fetch it, and unpack its layers in order.
@@ -105,7 +92,7 @@ func extractLikeOC(t *testing.T, ref, goarch string, extraSkopeo ...string) (roo
 	dir := filepath.Join(t.TempDir(), "img")
 	args := append([]string{"--override-os", "linux", "--override-arch", goarch}, extraSkopeo...)
 	args = append(args, "copy", "--src-tls-verify=false", "docker://"+ref, "dir:"+dir)
-	runTool(t, "skopeo", args...)
+	testutil.Run(t, "skopeo", args...)
 	var m ocispec.Manifest
 	data, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
 	if err != nil {
@@ -126,7 +113,7 @@ func extractLikeOC(t *testing.T, ref, goarch string, extraSkopeo ...string) (roo
 		t.Fatal(err)
 	}
 	for _, l := range m.Layers {
-		runTool(t, "tar", "-xzf", filepath.Join(dir, l.Digest.Encoded()), "-C", root)
+		testutil.Run(t, "tar", "-xzf", filepath.Join(dir, l.Digest.Encoded()), "-C", root)
 	}
 	return root, config, len(m.Layers)
 }
@@ -187,7 +174,7 @@ func checkCoreOS(t *testing.T, root, arch string, wantISO []byte, wantArchs []st
 func TestPublishMachineOSImagesExtractedWithSkopeo(t *testing.T) {
 	testutil.RequireTool(t, "skopeo", "tar")
 	isolatedAuth(t)
-	reg := startRegistry(t, false)
+	reg := testutil.StartDockerRegistry(t, testutil.RegistryOptions{})
 	x86, arm := makeBuild(t, "x86_64"), makeBuild(t, "aarch64")
 	ref := reg.Addr + "/okd/machine-os-images:test"
 	res, err := Publish(context.Background(), []string{x86, arm}, Options{
@@ -197,7 +184,7 @@ func TestPublishMachineOSImagesExtractedWithSkopeo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw := runTool(t, "skopeo", "inspect", "--raw", "--tls-verify=false", "docker://"+ref)
+	raw := []byte(testutil.Run(t, "skopeo", "inspect", "--raw", "--tls-verify=false", "docker://"+ref))
 	if got := "sha256:" + sha256Hex(raw); got != res.Digest.String() {
 		t.Errorf("registry index %s, Publish reported %s", got, res.Digest)
 	}
@@ -239,7 +226,7 @@ func TestPublishMachineOSImagesExtractedWithSkopeo(t *testing.T) {
 func TestPublishOCIArtifactIndexFoundByArtifactType(t *testing.T) {
 	testutil.RequireTool(t, "skopeo")
 	isolatedAuth(t)
-	reg := startRegistry(t, false)
+	reg := testutil.StartDockerRegistry(t, testutil.RegistryOptions{})
 	x86, arm := makeBuild(t, "x86_64"), makeBuild(t, "aarch64")
 	ref := reg.Addr + "/okd/scos-iso:test"
 	res, err := Publish(context.Background(), []string{arm, x86}, Options{
@@ -251,7 +238,7 @@ func TestPublishOCIArtifactIndexFoundByArtifactType(t *testing.T) {
 	}
 	// As coreos-assembler's import does: read the index raw, keep entries
 	// whose artifactType starts with application/vnd.diskimage., fetch layers[0].
-	raw := runTool(t, "skopeo", "inspect", "--raw", "--tls-verify=false", "docker://"+ref)
+	raw := []byte(testutil.Run(t, "skopeo", "inspect", "--raw", "--tls-verify=false", "docker://"+ref))
 	var idx ocispec.Index
 	if err := json.Unmarshal(raw, &idx); err != nil {
 		t.Fatal(err)
@@ -263,7 +250,7 @@ func TestPublishOCIArtifactIndexFoundByArtifactType(t *testing.T) {
 	found := map[string]bool{}
 	var streamSeen bool
 	for _, d := range idx.Manifests {
-		mdata := reg.get(t, "/v2/okd/scos-iso/manifests/"+d.Digest.String(), ocispec.MediaTypeImageManifest)
+		mdata := registryGet(t, reg, "/v2/okd/scos-iso/manifests/"+d.Digest.String(), ocispec.MediaTypeImageManifest)
 		var m ocispec.Manifest
 		if err := json.Unmarshal(mdata, &m); err != nil {
 			t.Fatal(err)
@@ -271,7 +258,7 @@ func TestPublishOCIArtifactIndexFoundByArtifactType(t *testing.T) {
 		if m.ArtifactType != d.ArtifactType || len(m.Layers) != 1 {
 			t.Fatalf("manifest %s: artifactType %q (index says %q), %d layers", d.Digest, m.ArtifactType, d.ArtifactType, len(m.Layers))
 		}
-		blob := reg.get(t, "/v2/okd/scos-iso/blobs/"+m.Layers[0].Digest.String(), "")
+		blob := registryGet(t, reg, "/v2/okd/scos-iso/blobs/"+m.Layers[0].Digest.String(), "")
 		if "sha256:"+sha256Hex(blob) != m.Layers[0].Digest.String() {
 			t.Fatalf("blob %s has another digest", m.Layers[0].Digest)
 		}
@@ -306,7 +293,7 @@ func TestPublishOCIArtifactIndexFoundByArtifactType(t *testing.T) {
 
 func TestPublishToUnauthorizedRegistry(t *testing.T) {
 	isolatedAuth(t)
-	reg := startRegistry(t, true)
+	reg := testutil.StartDockerRegistry(t, testutil.RegistryOptions{User: "builder", Password: "s3cret-pass"})
 	dir := makeBuild(t, "x86_64")
 	ref := reg.Addr + "/okd/machine-os-images:auth"
 	opts := func(authFile string) Options {
@@ -318,19 +305,19 @@ func TestPublishToUnauthorizedRegistry(t *testing.T) {
 		t.Fatalf("push without credentials: want a clear authentication error, got %v", err)
 	}
 	t.Logf("no credentials: %v", err)
-	_, err = Publish(context.Background(), []string{dir}, opts(reg.authFile(t, reg.User, "wrong")))
+	_, err = Publish(context.Background(), []string{dir}, opts(reg.AuthFile(t, reg.User, "wrong")))
 	if err == nil || !strings.Contains(err.Error(), "--authfile") {
 		t.Fatalf("push with a wrong password: got %v", err)
 	}
 	t.Logf("wrong password: %v", err)
-	if _, err := Publish(context.Background(), []string{dir}, opts(reg.authFile(t, reg.User, reg.Password))); err != nil {
+	if _, err := Publish(context.Background(), []string{dir}, opts(reg.AuthFile(t, reg.User, reg.Password))); err != nil {
 		t.Fatalf("push with the right credentials: %v", err)
 	}
 }
 
 // writeBaseImage pushes a two-platform base image with one layer holding
 // etc/base-release and a label.
-func writeBaseImage(t *testing.T, reg *testRegistry, ref string) {
+func writeBaseImage(t *testing.T, reg *testutil.DockerRegistry, ref string) {
 	t.Helper()
 	dir := t.TempDir()
 	l, err := openLayout(dir)
@@ -375,7 +362,7 @@ func writeBaseImage(t *testing.T, reg *testRegistry, ref string) {
 func TestPublishMachineOSImagesOnBaseImage(t *testing.T) {
 	testutil.RequireTool(t, "skopeo", "tar")
 	isolatedAuth(t)
-	reg := startRegistry(t, false)
+	reg := testutil.StartDockerRegistry(t, testutil.RegistryOptions{})
 	base := reg.Addr + "/base/rhel:9"
 	writeBaseImage(t, reg, base)
 	x86, arm := makeBuild(t, "x86_64"), makeBuild(t, "aarch64")
@@ -389,7 +376,7 @@ func TestPublishMachineOSImagesOnBaseImage(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			raw := runTool(t, "skopeo", "inspect", "--raw", "--tls-verify=false", "docker://"+ref)
+			raw := []byte(testutil.Run(t, "skopeo", "inspect", "--raw", "--tls-verify=false", "docker://"+ref))
 			var idx ocispec.Index
 			if err := json.Unmarshal(raw, &idx); err != nil || idx.MediaType != wantIndex[format] {
 				t.Fatalf("want %s, got %s (%v)", wantIndex[format], idx.MediaType, err)

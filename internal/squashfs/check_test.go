@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/okd-project/scos-builder/internal/fstree"
+	"github.com/okd-project/scos-builder/internal/testutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -67,19 +68,6 @@ func writeImage(t *testing.T, tree *fstree.Tree, opts Options) string {
 	return img
 }
 
-func run(t *testing.T, name string, args ...string) []byte {
-	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Env = append(os.Environ(), "TZ=UTC", "LC_ALL=C")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr.String())
-	}
-	return out
-}
-
 func permString(ino *fstree.Inode) string {
 	types := map[fstree.Kind]byte{
 		fstree.KindRegular: '-', fstree.KindDir: 'd', fstree.KindSymlink: 'l', fstree.KindCharDev: 'c',
@@ -116,7 +104,7 @@ func checkListing(t *testing.T, img string, tree *fstree.Tree) {
 	t.Helper()
 	want := expectations(tree)
 	seen := map[string]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(run(t, "unsquashfs", "-lln", img)))
+	sc := bufio.NewScanner(strings.NewReader(testutil.Run(t, "unsquashfs", "-lln", img)))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		m := listingLine.FindStringSubmatch(sc.Text())

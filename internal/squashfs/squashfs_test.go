@@ -47,7 +47,7 @@ func TestExtract(t *testing.T) {
 			tree := genTree(c.gen)
 			img := writeImage(t, tree, c.opts)
 			dir := filepath.Join(t.TempDir(), "x")
-			run(t, "unsquashfs", "-no-progress", "-d", dir, img)
+			testutil.Run(t, "unsquashfs", "-no-progress", "-d", dir, img)
 			checkDir(t, dir, tree, true)
 		})
 	}
@@ -93,7 +93,7 @@ func TestKernelMount(t *testing.T) {
 				return // diff would read gigabytes of zeros
 			}
 			dir := filepath.Join(t.TempDir(), "x")
-			run(t, "unsquashfs", "-no-progress", "-d", dir, img)
+			testutil.Run(t, "unsquashfs", "-no-progress", "-d", dir, img)
 			cmd := exec.Command("diff", "-r", "--no-dereference", dir, mnt)
 			out, err := cmd.CombinedOutput()
 			if err != nil {

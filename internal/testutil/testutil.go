@@ -3,10 +3,12 @@
 package testutil
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -39,6 +41,23 @@ func RequireTool(t testing.TB, names ...string) []string {
 		paths = append(paths, p)
 	}
 	return paths
+}
+
+// Run runs a program and returns its standard output; the test fails with
+// the command line, the error and the program's output when it does not
+// succeed. It runs with LC_ALL=C and TZ=UTC, so listings (dates, sort order)
+// do not depend on the host's locale or time zone.
+func Run(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), "LC_ALL=C", "TZ=UTC")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s%s", name, strings.Join(args, " "), err, out, stderr.String())
+	}
+	return string(out)
 }
 
 // RequireRoot skips (or fails under CI) unless the test runs as root.

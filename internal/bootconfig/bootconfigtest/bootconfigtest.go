@@ -15,7 +15,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/okd-project/scos-builder/internal/qemutest"
+	"github.com/okd-project/scos-builder/internal/cpio"
 	"github.com/okd-project/scos-builder/internal/testutil"
 )
 
@@ -152,7 +152,11 @@ func Rootfs(t testing.TB, dir, marker string) string {
 		t.Fatal(err)
 	}
 	var b bytes.Buffer
-	if err := qemutest.WriteNewc(&b, []qemutest.CpioEntry{{Name: "root.squashfs", Mode: 0o100644, Data: data}}); err != nil {
+	w := cpio.NewWriter(&b)
+	if err := w.WriteEntry(&cpio.Header{Name: "root.squashfs", Mode: cpio.ModeRegular | 0o644, Ino: 1, Size: int64(len(data))}, bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
 	p := filepath.Join(dir, "rootfs.img")
