@@ -10,6 +10,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+
+	"github.com/okd-project/scos-builder/internal/logtail"
 )
 
 // RunOptions control one execution of a plan.
@@ -175,11 +177,7 @@ func readTail(path string, n int) string {
 	if err != nil {
 		return ""
 	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return logtail.Last(string(b), n)
 }
 
 type discardReporter struct{}
