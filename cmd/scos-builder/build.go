@@ -71,20 +71,12 @@ func planCommand() *cli.Command {
 		UsageText: "scos-builder plan --payload RELEASE-IMAGE [options]",
 		Flags:     append(planFlags(), jsonFlag),
 		Action: func(ctx context.Context, cmd *cli.Command) error {
-			cfg, client, err := resolveBuild(ctx, cmd)
+			p, err := planBuild(ctx, cmd)
 			if err != nil {
 				return err
 			}
-			defer client.Close()
-			store, err := builder.OpenStore(stageStoreDir(cmd))
-			if err != nil {
-				return err
-			}
-			plan, err := builder.NewPlan(stages.New(cfg), &builder.HostTools{}, store)
-			if err != nil {
-				return err
-			}
-			return printPlan(cmd, cfg, plan)
+			defer p.client.Close()
+			return printPlan(cmd, p.cfg, p.plan)
 		},
 	}
 }
@@ -298,6 +290,31 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// plannedBuild is a resolved build and its plan against the stage store.
+type plannedBuild struct {
+	cfg    *stages.Config
+	client *registry.Client
+	store  *builder.Store
+	plan   *builder.Plan
+}
+
+// planBuild runs the resolve phase and plans the stages.
+func planBuild(ctx context.Context, cmd *cli.Command) (*plannedBuild, error) {
+	cfg, client, err := resolveBuild(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	store, err := builder.OpenStore(stageStoreDir(cmd))
+	if err == nil {
+		var plan *builder.Plan
+		if plan, err = builder.NewPlan(stages.New(cfg), &builder.HostTools{}, store); err == nil {
+			return &plannedBuild{cfg: cfg, client: client, store: store, plan: plan}, nil
+		}
+	}
+	client.Close()
+	return nil, err
+}
+
 type buildResult struct {
 	Outputs []string `json:"outputs"`
 	Stream  string   `json:"stream,omitempty"`
@@ -306,19 +323,12 @@ type buildResult struct {
 }
 
 func runBuild(ctx context.Context, cmd *cli.Command) error {
-	cfg, client, err := resolveBuild(ctx, cmd)
+	p, err := planBuild(ctx, cmd)
 	if err != nil {
 		return err
 	}
-	defer client.Close()
-	store, err := builder.OpenStore(stageStoreDir(cmd))
-	if err != nil {
-		return err
-	}
-	plan, err := builder.NewPlan(stages.New(cfg), &builder.HostTools{}, store)
-	if err != nil {
-		return err
-	}
+	defer p.client.Close()
+	cfg, store, plan := p.cfg, p.store, p.plan
 	rep, err := builder.NewReporter(cmd.String("progress"), stderr(cmd))
 	if err != nil {
 		return err
