@@ -164,10 +164,11 @@ func Import(ctx context.Context, img Image, store *fstree.Store, log io.Writer) 
 		return nil, fmt.Errorf("parsing image config: %w", err)
 	}
 	var man imageManifest
-	if len(img.Manifest) > 0 {
-		if err := json.Unmarshal(img.Manifest, &man); err != nil {
-			return nil, fmt.Errorf("parsing image manifest: %w", err)
-		}
+	if len(img.Manifest) == 0 {
+		return nil, errors.New("importing image: no manifest (its exact bytes name the merge commit's ostree.manifest-digest)")
+	}
+	if err := json.Unmarshal(img.Manifest, &man); err != nil {
+		return nil, fmt.Errorf("parsing image manifest: %w", err)
 	}
 	labels := cfg.Config.Labels
 	if labels == nil {
