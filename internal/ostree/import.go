@@ -551,15 +551,18 @@ func (im *importer) readContentObject(r io.Reader, hdr *tar.Header, checksum str
 		}
 		switch {
 		case hdr.Size > 0 && hdr.Size <= parallelMax:
-			data := make([]byte, hdr.Size)
+			buf := bufPool.Get().(*[]byte)
+			data := (*buf)[:hdr.Size]
 			if _, err := io.ReadFull(r, data); err != nil {
+				bufPool.Put(buf)
 				return nil, err
 			}
 			h.Write(data)
 			if got := hex.EncodeToString(h.Sum(nil)); got != checksum {
+				bufPool.Put(buf)
 				return nil, fmt.Errorf("checksum mismatch: content hashes to %s", got)
 			}
-			sw.submit(storeJob{ino: ino, checksum: checksum, data: data})
+			sw.submit(storeJob{ino: ino, checksum: checksum, buf: buf, size: int(hdr.Size)})
 			return ino, nil
 		case hdr.Size > 0:
 			c, err := im.store.Put(io.TeeReader(r, h))
