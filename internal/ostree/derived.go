@@ -352,7 +352,9 @@ func (d *derivedLayer) applyFile(comps []string, hdr *tar.Header, content fstree
 		d.im.objects[sum] = ino
 		d.im.objSum[ino] = sum
 		d.im.derived[sum] = true
-		d.im.stats.ContentBytes += ino.Size()
+		if ino.Kind == fstree.KindRegular {
+			d.im.stats.ContentBytes += ino.Size()
+		}
 	}
 	parent.Entries[base] = ino
 	p := strings.Join(mapped, "/")
