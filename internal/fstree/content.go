@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,26 +83,32 @@ func (s *Store) PutBytes(b []byte) (*StoredContent, error) {
 	if st, err := os.Stat(dst); err == nil && st.Size() == n {
 		return &StoredContent{path: dst, size: n, digest: digest}, nil
 	}
+	// Few syscalls per object: the shard directory is created only when
+	// missing, permissions are set on the open file, and the temporary
+	// name is removed only when the rename did not happen.
 	dir := filepath.Dir(dst)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("creating content store directory: %w", err)
-	}
 	tmp, err := os.CreateTemp(dir, ".put-*")
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("creating content store directory: %w", err)
+		}
+		tmp, err = os.CreateTemp(dir, ".put-*")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("creating temporary file in content store: %w", err)
 	}
-	defer os.Remove(tmp.Name())
 	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Chmod(0o644)
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
 	}
 	if err == nil {
 		err = os.Rename(tmp.Name(), dst)
 	}
 	if err != nil {
+		os.Remove(tmp.Name())
 		return nil, fmt.Errorf("storing %s: %w", digest, err)
 	}
 	return &StoredContent{path: dst, size: n, digest: digest}, nil

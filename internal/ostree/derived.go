@@ -167,7 +167,7 @@ func (d *derivedLayer) apply(r io.Reader, hdr *tar.Header) error {
 				delete(d.saved, target)
 				h := s.hdr
 				h.Name, h.Typeflag, h.Linkname = hdr.Name, tar.TypeReg, ""
-				mapped, err := d.applyFile(comps, &h, s.content)
+				mapped, err := d.applyFile(comps, &h, s.content, nil)
 				if err == nil && mapped != "" {
 					d.rehomed[target] = mapped
 				}
@@ -203,7 +203,7 @@ func (d *derivedLayer) apply(r io.Reader, hdr *tar.Header) error {
 		if symlinkEscapes(len(comps)-1, hdr.Linkname) {
 			return fmt.Errorf("symlink %s -> %s points outside the tree", raw, hdr.Linkname)
 		}
-		_, err := d.applyFile(comps, hdr, nil)
+		_, err := d.applyFile(comps, hdr, nil, nil)
 		return err
 	case tar.TypeLink:
 		return d.applyLink(mapped, hdr)
@@ -293,7 +293,7 @@ func (d *derivedLayer) applyDir(mapped []string, hdr *tar.Header) error {
 
 // applyFile adds a regular file or symlink at the mapped path of comps.
 // Data comes from content (re-homed files) or from r.
-func (d *derivedLayer) applyFile(comps []string, hdr *tar.Header, content fstree.Content, r ...io.Reader) (string, error) {
+func (d *derivedLayer) applyFile(comps []string, hdr *tar.Header, content fstree.Content, r io.Reader) (string, error) {
 	mapped, top := mapDerivedPath(comps)
 	if mapped == nil {
 		d.filtered(top)
@@ -337,8 +337,8 @@ func (d *derivedLayer) applyFile(comps []string, hdr *tar.Header, content fstree
 				return "", err
 			}
 			ino.Content = content
-		case len(r) > 0 && hdr.Size > 0:
-			c, err := d.im.store.Put(io.TeeReader(r[0], h))
+		case r != nil && hdr.Size > 0:
+			c, err := d.im.store.Put(io.TeeReader(r, h))
 			if err != nil {
 				return "", err
 			}
@@ -352,7 +352,9 @@ func (d *derivedLayer) applyFile(comps []string, hdr *tar.Header, content fstree
 		d.im.objects[sum] = ino
 		d.im.objSum[ino] = sum
 		d.im.derived[sum] = true
-		d.im.stats.ContentBytes += ino.Size()
+		if ino.Kind == fstree.KindRegular {
+			d.im.stats.ContentBytes += ino.Size()
+		}
 	}
 	parent.Entries[base] = ino
 	p := strings.Join(mapped, "/")

@@ -20,7 +20,20 @@ func TestDerivedLayer(t *testing.T) {
 	requireOstree(t)
 	repo, commit := baseCommit(t, rootfsOpts{})
 	layers := exportImage(t, repo, commit, exportOpts{})
+	var prepSum string
+	for sum, p := range objectsByPath(t, repo, commit) {
+		if p == "usr/lib/ostree/prepare-root.conf" {
+			prepSum = sum
+		}
+	}
+	prepObj := repoPrefix + ObjectPath(prepSum, ObjFile)
+	const prepNew = "[composefs]\nenabled = no\n# modified in place\n"
 	derived := makeDerivedLayer(t, []derivedEntry{
+		// A file modified in place through its hardlink into the repo is
+		// re-homed to its checkout path (ostree-ext filter_tar).
+		{name: prepObj, typ: tar.TypeReg, mode: 0o644, data: prepNew},
+		{name: "usr/lib/ostree/prepare-root.conf", typ: tar.TypeLink, linkname: prepObj},
+		{name: "usr/lib/ostree/prepare-root-copy.conf", typ: tar.TypeLink, linkname: prepObj},
 		{name: "etc/", typ: tar.TypeDir, mode: 0o755},
 		{name: "etc/derived.conf", typ: tar.TypeReg, mode: 0o644, data: "derived=1\n"},
 		{name: "etc/hostname", typ: tar.TypeReg, mode: 0o644}, // empty: removed by cleanup_root
@@ -59,6 +72,9 @@ func TestDerivedLayer(t *testing.T) {
 	dt, _ := res.Root.Lookup("usr/bin/derived-tool")
 	check("usr/bin/derived-link", func(i *fstree.Inode) bool { return i == dt }, "hardlink of derived-tool")
 	check("usr/local/newdir/file", func(i *fstree.Inode) bool { return i.Kind == fstree.KindRegular }, "file under auto-created parents")
+	prep, _ := res.Root.Lookup("usr/lib/ostree/prepare-root.conf")
+	check("usr/lib/ostree/prepare-root.conf", func(i *fstree.Inode) bool { return i.Size() == int64(len(prepNew)) }, "re-homed modified content")
+	check("usr/lib/ostree/prepare-root-copy.conf", func(i *fstree.Inode) bool { return i == prep }, "hardlink of the re-homed file")
 	check("var/lib/derived", func(i *fstree.Inode) bool { return i.Kind == fstree.KindDir }, "var kept")
 	check("tmp", func(i *fstree.Inode) bool { return i.Kind == fstree.KindDir }, "tmp kept")
 	for _, gone := range []string{"usr/bin/hi", "usr/share/doc/owned", "usr/etc/hostname", "opt/thing", "tmp/junk"} {

@@ -9,7 +9,8 @@
 //     format v1 or v0), then derived layers, which are folded in as
 //     ostree-ext does. Every commit, dirtree, dirmeta and content object
 //     checksum is recomputed; a mismatch is an error naming the object and
-//     the layer. File contents go to an fstree.Store, never to memory.
+//     the layer. File contents go to an fstree.Store; memory use does not
+//     grow with file sizes.
 //     The result holds the bare repository (all imported objects, the
 //     merge commit, refs ostree/container/blob/… and
 //     ostree/container/image/…) and the merge commit's filesystem as

@@ -60,7 +60,7 @@ type ImportStats struct {
 	OstreeLayers    int
 	DerivedLayers   int
 	ContentObjects  int   // content objects in the repository
-	ContentBytes    int64 // their total size
+	ContentBytes    int64 // total size of the regular files among them
 	MetaObjects     int   // commit, dirtree, dirmeta and commitmeta objects
 	NewObjects      int   // objects written for the merge commit (derived content, dirtrees, dirmetas, commit)
 	DerivedEntries  int   // tar entries applied from derived layers
@@ -153,8 +153,10 @@ type importer struct {
 
 // Import reads an ostree container image layer by layer and returns its
 // repository objects and merge commit. File contents go to store; nothing
-// is unpacked to disk and file contents are never held in memory. Every
-// object's checksum is recomputed and compared. Progress lines go to log.
+// is unpacked to disk, and memory stays bounded: large files stream into
+// the store, small ones (≤ 1 MiB) are held only while a few workers write
+// them. Every object's checksum is recomputed and compared. Progress
+// lines go to log.
 func Import(ctx context.Context, img Image, store *fstree.Store, log io.Writer) (*ImportResult, error) {
 	if log == nil {
 		log = io.Discard
@@ -164,10 +166,11 @@ func Import(ctx context.Context, img Image, store *fstree.Store, log io.Writer) 
 		return nil, fmt.Errorf("parsing image config: %w", err)
 	}
 	var man imageManifest
-	if len(img.Manifest) > 0 {
-		if err := json.Unmarshal(img.Manifest, &man); err != nil {
-			return nil, fmt.Errorf("parsing image manifest: %w", err)
-		}
+	if len(img.Manifest) == 0 {
+		return nil, errors.New("importing image: no manifest (its exact bytes name the merge commit's ostree.manifest-digest)")
+	}
+	if err := json.Unmarshal(img.Manifest, &man); err != nil {
+		return nil, fmt.Errorf("parsing image manifest: %w", err)
 	}
 	labels := cfg.Config.Labels
 	if labels == nil {
@@ -467,7 +470,9 @@ func (im *importer) importOstreeLayer(ctx context.Context, l Layer, index int, d
 			}
 			im.objects[checksum] = ino
 			im.objSum[ino] = checksum
-			im.stats.ContentBytes += hdr.Size
+			if ino.Kind == fstree.KindRegular {
+				im.stats.ContentBytes += hdr.Size
+			}
 		default:
 			return fmt.Errorf("layer %s: unknown object type %q in %s", l.name(), typ, name)
 		}
@@ -550,15 +555,18 @@ func (im *importer) readContentObject(r io.Reader, hdr *tar.Header, checksum str
 		}
 		switch {
 		case hdr.Size > 0 && hdr.Size <= parallelMax:
-			data := make([]byte, hdr.Size)
+			buf := bufPool.Get().(*[]byte)
+			data := (*buf)[:hdr.Size]
 			if _, err := io.ReadFull(r, data); err != nil {
+				bufPool.Put(buf)
 				return nil, err
 			}
 			h.Write(data)
 			if got := hex.EncodeToString(h.Sum(nil)); got != checksum {
+				bufPool.Put(buf)
 				return nil, fmt.Errorf("checksum mismatch: content hashes to %s", got)
 			}
-			sw.submit(storeJob{ino: ino, checksum: checksum, data: data})
+			sw.submit(storeJob{ino: ino, checksum: checksum, buf: buf, size: int(hdr.Size)})
 			return ino, nil
 		case hdr.Size > 0:
 			c, err := im.store.Put(io.TeeReader(r, h))
@@ -703,7 +711,9 @@ func (im *importer) dropUnusedDerived(t *fstree.Tree) {
 	})
 	for sum := range im.derived {
 		if ino := im.objects[sum]; !used[ino] {
-			im.stats.ContentBytes -= ino.Size()
+			if ino.Kind == fstree.KindRegular {
+				im.stats.ContentBytes -= ino.Size()
+			}
 			delete(im.objects, sum)
 			delete(im.objSum, ino)
 		}

@@ -19,8 +19,12 @@ const (
 type storeJob struct {
 	ino      *fstree.Inode
 	checksum string
-	data     []byte
+	buf      *[]byte // from bufPool; data is (*buf)[:size]
+	size     int
 }
+
+// bufPool recycles the buffers of small objects between reader and workers.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, parallelMax); return &b }}
 
 // storeWriter writes queued contents and sets the inodes' Content; the
 // inodes must not be read until wait returns.
@@ -40,7 +44,8 @@ func newStoreWriter(store *fstree.Store) *storeWriter {
 		go func() {
 			defer w.wg.Done()
 			for j := range w.jobs {
-				c, err := store.PutBytes(j.data)
+				c, err := store.PutBytes((*j.buf)[:j.size])
+				bufPool.Put(j.buf)
 				if err != nil {
 					w.mu.Lock()
 					if w.err == nil {
