@@ -15,6 +15,7 @@ import (
 	"github.com/okd-project/scos-builder/internal/fstree"
 	"github.com/okd-project/scos-builder/internal/initrd"
 	"github.com/okd-project/scos-builder/internal/isomaster"
+	"github.com/okd-project/scos-builder/internal/ostree"
 	"github.com/okd-project/scos-builder/recipes"
 )
 
@@ -358,7 +359,7 @@ func liveStages(cfg *Config) []builder.Stage {
 	blsKargs := append(append([]string(nil), cfg.Recipe.Kargs...), cfg.Recipe.Defaults.ExtraKargs...)
 	liveKargs := append(append([]string(nil), cfg.Recipe.Kargs...), cfg.Kargs...)
 	return []builder.Stage{
-		&OstreeImport{Opts: OstreeImportOptions{ImageRef: imageRef}},
+		&OstreeImport{Opts: OstreeImportOptions{ImageRef: imageRef, Importer: ostree.ImporterVersion}},
 		&SysrootDeploy{Opts: SysrootDeployOptions{OSName: osname, ImageRef: imageRef, Kargs: blsKargs, SourceDateEpoch: cfg.SourceDateEpoch}},
 		&LiveRootfs{Opts: LiveRootfsOptions{Builder: cfg.RootfsBuilder, FSType: cfg.RootfsFSType, Defaults: cfg.Recipe.Defaults,
 			Release: cfg.Release, SourceDateEpoch: cfg.SourceDateEpoch}},

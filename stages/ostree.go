@@ -27,6 +27,8 @@ const (
 type OstreeImportOptions struct {
 	// ImageRef names the merge commit's ref (ostree/container/image/…).
 	ImageRef string `json:"image-ref"`
+	// Importer is the importer's version, written into the merge commit.
+	Importer string `json:"importer"`
 }
 
 // Validate implements builder.Options.
