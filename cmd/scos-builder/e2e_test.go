@@ -311,11 +311,15 @@ func TestE2EBadInputLeavesOutputAlone(t *testing.T) {
 	os.WriteFile(filepath.Join(out, "keep"), []byte("mine"), 0o644)
 	badIgn := filepath.Join(t.TempDir(), "bad.ign")
 	os.WriteFile(badIgn, []byte(`{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"relative"}]}}`), 0o644)
+	corrupt, corruptDigest := corruptLayout(t, env.set)
 	cases := []struct {
 		name string
 		args []string
 		want string
 	}{
+		{"payload without image-references", []string{"--payload", env.pushed.Refs["cli"]}, "image-references"},
+		{"registry unreachable", []string{"--payload", "127.0.0.1:1/okd/release:none", "--retry", "0"}, "127.0.0.1:1"},
+		{"blob not matching its digest", []string{"--image", "oci:" + corrupt + ":" + env.set.Tag}, corruptDigest},
 		{"unknown os tag", []string{"--payload", env.pushed.PayloadTagRef, "--os-tag", "no-such-tag"}, "stream-coreos"},
 		{"not an ostree image", []string{"--image", env.pushed.Refs["cli"]}, "not an ostree container image"},
 		{"invalid ignition", []string{"--payload", env.pushed.PayloadTagRef, "--ignition", badIgn}, "storage.files.0.path"},
@@ -334,4 +338,34 @@ func TestE2EBadInputLeavesOutputAlone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// corruptLayout copies the fixture OS layout and flips a byte in its
+// largest layer blob; it returns the layout and the blob's digest.
+func corruptLayout(t *testing.T, set *fixtures.Set) (string, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "os")
+	testutil.Run(t, "cp", "-a", set.OSLayout, dir)
+	blobs := filepath.Join(dir, "blobs", "sha256")
+	entries, err := os.ReadDir(blobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var biggest os.DirEntry
+	var size int64
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil && fi.Size() > size {
+			biggest, size = e, fi.Size()
+		}
+	}
+	p := filepath.Join(blobs, biggest.Name())
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir, biggest.Name()
 }
