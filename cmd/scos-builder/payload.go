@@ -31,6 +31,19 @@ func sourceFlags() []cli.Flag {
 	}
 }
 
+// registryFlags are the sourceFlags that apply to any registry access
+// (not the architecture choice): publish uses them for its pushes and base
+// image pulls.
+func registryFlags() []cli.Flag {
+	var out []cli.Flag
+	for _, f := range sourceFlags() {
+		if f.Names()[0] != "arch" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // sourceOptionsFromCmd reads the sourceFlags of cmd. Debug messages go to
 // stderr when a --debug flag (or --log-level=debug) is set anywhere in the
 // command's lineage.

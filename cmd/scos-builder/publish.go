@@ -22,16 +22,14 @@ func publishCommand() *cli.Command {
 			"<prefix>.json and the metal ISO it names. Several OUTDIRs become one multi-arch\n" +
 			"image index. Timestamps come from SOURCE_DATE_EPOCH, else the newest stream's\n" +
 			"last-modified, so the same inputs give the same digests.",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "to", Usage: "push to registry reference `REF`, e.g. quay.io/me/machine-os-images:4.19"},
 			&cli.StringFlag{Name: "format", Value: publish.FormatMachineOSImages, Usage: "`FORMAT`: " + strings.Join(publish.Formats(), " or ")},
 			&cli.StringFlag{Name: "manifest-format", Usage: "machine-os-images manifest `TYPE`: v2s2 (Docker manifest list, default) or oci (OCI index)"},
 			&cli.StringFlag{Name: "base-image", Usage: "machine-os-images: put /coreos on top of this image (`REF`, pulled per platform)"},
-			&cli.StringFlag{Name: "authfile", Usage: "registry credentials `FILE` (default: the containers auth.json lookup)"},
-			&cli.BoolFlag{Name: "tls-verify", Value: true, Usage: "require HTTPS and verify certificates (default: true; --tls-verify=false for plain HTTP)"},
 			&cli.StringFlag{Name: "oci-layout", Usage: "also keep the OCI image layout in `DIR` (tagged --tag)"},
 			&cli.StringFlag{Name: "tag", Value: "latest", Usage: "tag of the index in the OCI layout"},
-		},
+		}, registryFlags()...),
 		Action: runPublish,
 	}
 }
@@ -43,6 +41,10 @@ func runPublish(ctx context.Context, cmd *cli.Command) error {
 	}
 	if cmd.String("to") == "" && cmd.String("oci-layout") == "" {
 		return errors.New("publish: --to REF is required (or --oci-layout DIR to only write a layout)")
+	}
+	source, err := sourceOptionsFromCmd(cmd)
+	if err != nil {
+		return err
 	}
 	// Zero (unset) lets the layout take the newest stream's last-modified.
 	var created time.Time
@@ -57,11 +59,7 @@ func runPublish(ctx context.Context, cmd *cli.Command) error {
 			ManifestFormat: cmd.String("manifest-format"),
 			BaseImage:      cmd.String("base-image"),
 			Created:        created,
-			Registry: publish.RegistryOptions{
-				AuthFile:      cmd.String("authfile"),
-				SkipTLSVerify: !cmd.Bool("tls-verify"),
-				ReportWriter:  stderr(cmd),
-			},
+			Registry:       publish.RegistryOptions{Source: source, ReportWriter: stderr(cmd)},
 		},
 		To:        cmd.String("to"),
 		LayoutDir: cmd.String("oci-layout"),

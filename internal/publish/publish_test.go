@@ -19,6 +19,7 @@ import (
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/okd-project/scos-builder/internal/registry"
 	"github.com/okd-project/scos-builder/internal/stream"
 	"github.com/okd-project/scos-builder/internal/testutil"
 )
@@ -178,7 +179,7 @@ func TestPublishMachineOSImagesExtractedWithSkopeo(t *testing.T) {
 	x86, arm := makeBuild(t, "x86_64"), makeBuild(t, "aarch64")
 	ref := reg.Addr + "/okd/machine-os-images:test"
 	res, err := Publish(context.Background(), []string{x86, arm}, Options{
-		LayoutOptions: LayoutOptions{Format: FormatMachineOSImages, Registry: RegistryOptions{SkipTLSVerify: true}},
+		LayoutOptions: LayoutOptions{Format: FormatMachineOSImages, Registry: RegistryOptions{Source: registry.Options{TLSVerify: false}}},
 		To:            ref,
 	})
 	if err != nil {
@@ -230,7 +231,7 @@ func TestPublishOCIArtifactIndexFoundByArtifactType(t *testing.T) {
 	x86, arm := makeBuild(t, "x86_64"), makeBuild(t, "aarch64")
 	ref := reg.Addr + "/okd/scos-iso:test"
 	res, err := Publish(context.Background(), []string{arm, x86}, Options{
-		LayoutOptions: LayoutOptions{Format: FormatOCIArtifact, Registry: RegistryOptions{SkipTLSVerify: true}},
+		LayoutOptions: LayoutOptions{Format: FormatOCIArtifact, Registry: RegistryOptions{Source: registry.Options{TLSVerify: false}}},
 		To:            ref,
 	})
 	if err != nil {
@@ -298,7 +299,7 @@ func TestPublishToUnauthorizedRegistry(t *testing.T) {
 	ref := reg.Addr + "/okd/machine-os-images:auth"
 	opts := func(authFile string) Options {
 		return Options{LayoutOptions: LayoutOptions{Format: FormatMachineOSImages,
-			Registry: RegistryOptions{SkipTLSVerify: true, AuthFile: authFile}}, To: ref}
+			Registry: RegistryOptions{Source: registry.Options{AuthFile: authFile, TLSVerify: false}}}, To: ref}
 	}
 	_, err := Publish(context.Background(), []string{dir}, opts(""))
 	if err == nil || !strings.Contains(err.Error(), "pushing "+ref) || !strings.Contains(err.Error(), "--authfile") {
@@ -354,7 +355,7 @@ func writeBaseImage(t *testing.T, reg *testutil.DockerRegistry, ref string) {
 	if err := l.tag("base", top); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Push(context.Background(), dir, "base", ref, RegistryOptions{SkipTLSVerify: true}); err != nil {
+	if _, err := Push(context.Background(), dir, "base", ref, RegistryOptions{Source: registry.Options{TLSVerify: false}}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -371,7 +372,7 @@ func TestPublishMachineOSImagesOnBaseImage(t *testing.T) {
 		t.Run(format, func(t *testing.T) {
 			ref := reg.Addr + "/okd/machine-os-images:on-base-" + format
 			if _, err := Publish(context.Background(), []string{x86, arm}, Options{
-				LayoutOptions: LayoutOptions{Format: FormatMachineOSImages, ManifestFormat: format, BaseImage: base, Registry: RegistryOptions{SkipTLSVerify: true}},
+				LayoutOptions: LayoutOptions{Format: FormatMachineOSImages, ManifestFormat: format, BaseImage: base, Registry: RegistryOptions{Source: registry.Options{TLSVerify: false}}},
 				To:            ref,
 			}); err != nil {
 				t.Fatal(err)

@@ -14,26 +14,18 @@ import (
 	ocilayout "go.podman.io/image/v5/oci/layout"
 	"go.podman.io/image/v5/signature"
 	"go.podman.io/image/v5/types"
+
+	"github.com/okd-project/scos-builder/internal/registry"
 )
 
 // RegistryOptions say how to reach registries.
 type RegistryOptions struct {
-	// AuthFile is a containers-auth.json file; empty means the standard
-	// lookup (REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json,
-	// ~/.docker/config.json …).
-	AuthFile string
-	// SkipTLSVerify allows plain HTTP and unverified TLS (--tls-verify=false).
-	SkipTLSVerify bool
+	// Source holds the settings pulls use too (auth files, TLS
+	// verification, certs.d, registries.conf, signature policy), so a push
+	// behaves as the pulls of the same command line.
+	Source registry.Options
 	// ReportWriter receives copy progress (bars on a terminal); nil discards it.
 	ReportWriter io.Writer
-}
-
-func (o RegistryOptions) systemContext() *types.SystemContext {
-	sys := &types.SystemContext{AuthFilePath: o.AuthFile}
-	if o.SkipTLSVerify {
-		sys.DockerInsecureSkipTLSVerify = types.OptionalBoolTrue
-	}
-	return sys
 }
 
 func (o RegistryOptions) reportWriter() io.Writer {
@@ -72,9 +64,13 @@ func Push(ctx context.Context, layoutDir, tag, dest string, o RegistryOptions) (
 		return "", fmt.Errorf("pushing %s: %w", dest, err)
 	}
 	defer policy.Destroy()
+	sys, err := o.Source.SystemContext()
+	if err != nil {
+		return "", fmt.Errorf("pushing %s: %w", dest, err)
+	}
 	manifestBytes, err := copy.Image(ctx, policy, destRef, srcRef, &copy.Options{
 		ReportWriter:       o.reportWriter(),
-		DestinationCtx:     o.systemContext(),
+		DestinationCtx:     sys,
 		ImageListSelection: copy.CopyAllImages,
 		PreserveDigests:    true,
 	})
@@ -90,8 +86,8 @@ func Push(ctx context.Context, layoutDir, tag, dest string, o RegistryOptions) (
 
 // pullPlatform copies the linux/<goarch> image of ref (selected from a
 // manifest list if there is one) into layoutDir as tag, converted to
-// manifestType,
-// checking signatures per the system's policy.json.
+// manifestType, checking signatures per the signature policy of the source
+// options (as every pull does).
 func pullPlatform(ctx context.Context, ref, goarch, manifestType, layoutDir, tag string, o RegistryOptions) error {
 	srcRef, err := parseRegistryRef(ref)
 	if err != nil {
@@ -101,14 +97,12 @@ func pullPlatform(ctx context.Context, ref, goarch, manifestType, layoutDir, tag
 	if err != nil {
 		return fmt.Errorf("pulling base image %s: %w", ref, err)
 	}
-	sys := o.systemContext()
-	sys.ArchitectureChoice = goarch
-	sys.OSChoice = "linux"
-	policyDoc, err := signature.DefaultPolicy(sys)
+	sys, err := o.Source.SystemContext()
 	if err != nil {
-		return fmt.Errorf("pulling base image %s: reading signature policy (install golang-github-containers-common or create /etc/containers/policy.json): %w", ref, err)
+		return fmt.Errorf("pulling base image %s: %w", ref, err)
 	}
-	policy, err := signature.NewPolicyContext(policyDoc)
+	sys.ArchitectureChoice, sys.OSChoice, sys.VariantChoice = goarch, "linux", ""
+	policy, _, err := o.Source.PolicyContext()
 	if err != nil {
 		return fmt.Errorf("pulling base image %s: %w", ref, err)
 	}

@@ -132,8 +132,9 @@ func RPMArch(arch string) (string, error) {
 	return p.Arch, nil
 }
 
-// systemContext turns the options into the c/image SystemContext.
-func (o *Options) systemContext() (*types.SystemContext, error) {
+// SystemContext turns the options into the c/image SystemContext, the same
+// for pulls and pushes.
+func (o *Options) SystemContext() (*types.SystemContext, error) {
 	authFile := o.AuthFile
 	if authFile == "" {
 		// c/image itself does not read REGISTRY_AUTH_FILE; podman does.

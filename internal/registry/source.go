@@ -83,7 +83,7 @@ type Client struct {
 // New checks the options, loads the signature policy and opens (creating
 // it when missing) the blob cache in cacheDir.
 func New(opts Options, cacheDir string) (*Client, error) {
-	sys, err := opts.systemContext()
+	sys, err := opts.SystemContext()
 	if err != nil {
 		return nil, err
 	}
@@ -115,34 +115,44 @@ func (c *Client) Close() error {
 func (c *Client) CacheDir() string { return c.cache.dir }
 
 func (c *Client) loadPolicy() error {
+	var err error
+	c.policy, c.policyBy, err = c.opts.PolicyContext()
+	return err
+}
+
+// PolicyContext loads the signature policy: --signature-policy, else the
+// system policy.json, else (none installed) accept anything, which is said
+// at debug level. It also returns where the policy came from.
+func (o *Options) PolicyContext() (*signature.PolicyContext, string, error) {
 	var (
 		p   *signature.Policy
+		by  string
 		err error
 	)
-	if c.opts.SignaturePolicy != "" {
-		p, err = signature.NewPolicyFromFile(c.opts.SignaturePolicy)
+	if o.SignaturePolicy != "" {
+		p, err = signature.NewPolicyFromFile(o.SignaturePolicy)
 		if err != nil {
-			return fmt.Errorf("reading signature policy %s: %w", c.opts.SignaturePolicy, err)
+			return nil, "", fmt.Errorf("reading signature policy %s: %w", o.SignaturePolicy, err)
 		}
-		c.policyBy = c.opts.SignaturePolicy
+		by = o.SignaturePolicy
 	} else {
-		p, err = signature.DefaultPolicy(&types.SystemContext{RootForImplicitAbsolutePaths: c.opts.systemRoot})
+		p, err = signature.DefaultPolicy(&types.SystemContext{RootForImplicitAbsolutePaths: o.systemRoot})
 		switch {
 		case errors.Is(err, configfile.ErrConfigFileNotFound):
-			c.opts.debugf("no policy.json found (%v): accepting any image", err)
+			o.debugf("no policy.json found (%v): accepting any image", err)
 			p = &signature.Policy{Default: signature.PolicyRequirements{signature.NewPRInsecureAcceptAnything()}}
-			c.policyBy = "built-in accept-anything policy"
+			by = "built-in accept-anything policy"
 		case err != nil:
-			return fmt.Errorf("reading signature policy: %w", err)
+			return nil, "", fmt.Errorf("reading signature policy: %w", err)
 		default:
-			c.policyBy = "system policy.json"
+			by = "system policy.json"
 		}
 	}
-	c.policy, err = signature.NewPolicyContext(p)
+	pc, err := signature.NewPolicyContext(p)
 	if err != nil {
-		return fmt.Errorf("loading signature policy: %w", err)
+		return nil, "", fmt.Errorf("loading signature policy: %w", err)
 	}
-	return nil
+	return pc, by, nil
 }
 
 // wantPlatform is the platform selected from manifest lists.
