@@ -137,23 +137,27 @@ func (s *Store) Resolve(digest string, size int64) (Content, error) {
 }
 
 // StoredContent is content kept in a Store.
-type StoredContent struct {
+type StoredContent = FileContent
+
+// FileContent is data in a file on disk (in a Store, or referred to in place
+// by FromDir); the file must not change while the tree is used.
+type FileContent struct {
 	path   string
 	size   int64
 	digest string
 }
 
 // Size implements Content.
-func (c *StoredContent) Size() int64 { return c.size }
+func (c *FileContent) Size() int64 { return c.size }
 
 // Digest implements Content.
-func (c *StoredContent) Digest() string { return c.digest }
+func (c *FileContent) Digest() string { return c.digest }
 
 // Path is the file holding the data; it must not be modified.
-func (c *StoredContent) Path() string { return c.path }
+func (c *FileContent) Path() string { return c.path }
 
 // Open implements Content.
-func (c *StoredContent) Open() (io.ReadCloser, error) { return os.Open(c.path) }
+func (c *FileContent) Open() (io.ReadCloser, error) { return os.Open(c.path) }
 
 // BytesContent is content held in memory.
 type BytesContent []byte

@@ -165,22 +165,3 @@ func splitNUL(b []byte) []string {
 	}
 	return out
 }
-
-// FileContent is the data of a file on disk, referred to in place.
-type FileContent struct {
-	path   string
-	size   int64
-	digest string
-}
-
-// Size implements Content.
-func (c *FileContent) Size() int64 { return c.size }
-
-// Digest implements Content.
-func (c *FileContent) Digest() string { return c.digest }
-
-// Path is the file holding the data.
-func (c *FileContent) Path() string { return c.path }
-
-// Open implements Content.
-func (c *FileContent) Open() (io.ReadCloser, error) { return os.Open(c.path) }
