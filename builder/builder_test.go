@@ -293,3 +293,34 @@ func TestReporters(t *testing.T) {
 		t.Fatalf("auto on a non-terminal = %q", buf.String())
 	}
 }
+
+func TestPublishSkipsUntouchedCopies(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "obj")
+	os.WriteFile(src, []byte("artifact bytes"), 0o644)
+	out := t.TempDir()
+	paths, err := PublishOutputs(out, []Output{{Name: "a.iso", Path: src}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first, second os.FileInfo
+	first, _ = os.Stat(paths[0])
+	if _, err := getXattr(paths[0], publishedXattr); err != nil {
+		t.Skipf("no user xattrs on %s: every publish copies", out)
+	}
+	if _, err := PublishOutputs(out, []Output{{Name: "a.iso", Path: src}}); err != nil {
+		t.Fatal(err)
+	}
+	second, _ = os.Stat(paths[0])
+	if !os.SameFile(first, second) {
+		t.Fatal("an untouched published copy was copied again")
+	}
+	// Edited in place (same size): must be replaced by a fresh copy.
+	time.Sleep(10 * time.Millisecond)
+	os.WriteFile(paths[0], []byte("ARTIFACT BYTES"), 0o644)
+	if _, err := PublishOutputs(out, []Output{{Name: "a.iso", Path: src}}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(paths[0]); string(b) != "artifact bytes" {
+		t.Fatalf("an edited output was kept: %q", b)
+	}
+}
