@@ -124,14 +124,13 @@ func (s *LiveRootfs) Type() string             { return TypeLiveRootfs }
 func (s *LiveRootfs) Version() int             { return 1 }
 func (s *LiveRootfs) Options() builder.Options { return s.Opts }
 func (s *LiveRootfs) Inputs() []string         { return []string{TypeOstreeImport, TypeSysrootDeploy} }
+// Tools lists mkfs.erofs always: the image's image.json, read only when
+// the stage runs, may ask for an erofs rootfs.
 func (s *LiveRootfs) Tools() []string {
-	switch {
-	case s.Opts.FSType == "erofs":
-		return []string{"mkfs.erofs"}
-	case s.Opts.Builder == "mksquashfs":
-		return []string{"mksquashfs"}
+	if s.Opts.Builder == "mksquashfs" {
+		return []string{"mkfs.erofs", "mksquashfs"}
 	}
-	return nil
+	return []string{"mkfs.erofs"}
 }
 
 func (s *LiveRootfs) Run(ctx context.Context, rc *builder.RunContext) error {
