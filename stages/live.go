@@ -124,6 +124,7 @@ func (s *LiveRootfs) Type() string             { return TypeLiveRootfs }
 func (s *LiveRootfs) Version() int             { return 1 }
 func (s *LiveRootfs) Options() builder.Options { return s.Opts }
 func (s *LiveRootfs) Inputs() []string         { return []string{TypeOstreeImport, TypeSysrootDeploy} }
+
 // Tools lists mkfs.erofs always: the image's image.json, read only when
 // the stage runs, may ask for an erofs rootfs.
 func (s *LiveRootfs) Tools() []string {
