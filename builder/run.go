@@ -105,9 +105,10 @@ func runStep(ctx context.Context, store *Store, step *Step, outDirs map[string]s
 		p.abort(typ)
 		return "", fmt.Errorf("running stage %s: creating log: %w", typ, err)
 	}
-	work := filepath.Join(store.Dir(), "work", typ+"-"+step.Key[:16])
-	os.RemoveAll(work)
-	if err := os.MkdirAll(work, 0o755); err != nil {
+	// A directory of its own: a concurrent build of the same key must not
+	// share (or delete) this one's scratch files.
+	work, err := os.MkdirTemp(filepath.Join(store.Dir(), "work"), typ+"-"+step.Key[:16]+"-")
+	if err != nil {
 		logf.Close()
 		p.abort(typ)
 		return "", fmt.Errorf("running stage %s: creating work directory: %w", typ, err)

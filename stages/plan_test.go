@@ -65,6 +65,7 @@ func TestPlanShapeAndInvalidation(t *testing.T) {
 		{"rootfs builder", func(c *Config) { c.RootfsBuilder = "mksquashfs" },
 			[]string{TypeLiveRootfs, TypeLiveInitrd, TypeLiveBootconfig, TypeISOMaster, TypeStreamEmit}},
 		{"base url", func(c *Config) { c.BaseURL = "https://example.com/" }, []string{TypeStreamEmit}},
+		{"payload with the same OS image", func(c *Config) { c.Payload = "quay.io/okd/scos-release:next" }, []string{TypePayloadResolve}},
 		{"image digest", func(c *Config) { c.OSImageDigest = "sha256:4567" },
 			[]string{TypeImageFetch, TypeOstreeImport, TypeSysrootDeploy, TypeLiveRootfs, TypeLiveInitrd, TypeLiveBootconfig, TypeISOMaster, TypeStreamEmit}},
 	}

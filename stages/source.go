@@ -60,7 +60,9 @@ func (s *PayloadResolve) Run(ctx context.Context, rc *builder.RunContext) error 
 const FetchedFile = "fetched.json"
 
 // ImageFetchOptions name exactly one image: a reference and the digest of
-// its per-architecture manifest.
+// its per-architecture manifest. The fetch deliberately does not depend on
+// payload.resolve: a new payload that carries the same OS image reuses
+// every stage from here on.
 type ImageFetchOptions struct {
 	Ref    string `json:"ref"`
 	Digest string `json:"digest"`
@@ -87,7 +89,7 @@ type ImageFetch struct {
 func (s *ImageFetch) Type() string             { return TypeImageFetch }
 func (s *ImageFetch) Version() int             { return 1 }
 func (s *ImageFetch) Options() builder.Options { return s.Opts }
-func (s *ImageFetch) Inputs() []string         { return []string{TypePayloadResolve} }
+func (s *ImageFetch) Inputs() []string         { return nil }
 func (s *ImageFetch) Tools() []string          { return nil }
 
 func (s *ImageFetch) Run(ctx context.Context, rc *builder.RunContext) error {
