@@ -324,3 +324,21 @@ func TestPublishSkipsUntouchedCopies(t *testing.T) {
 		t.Fatalf("an edited output was kept: %q", b)
 	}
 }
+
+func TestCheckToolsBeforeRunning(t *testing.T) {
+	store, _ := OpenStore(t.TempDir())
+	plan := mustPlan(t, chain("a", "b", 1), fakeTools{}, store)
+	err := plan.CheckTools("")
+	if err == nil || !strings.Contains(err.Error(), "mktool") {
+		t.Fatalf("missing mktool not reported: %v", err)
+	}
+	if err := plan.CheckTools("test.a"); err != nil {
+		t.Fatalf("a tool of a stage after --stop-after was required: %v", err)
+	}
+	if err := plan.CheckTools("", "mktool"); err != nil {
+		t.Fatalf("an optional tool was required: %v", err)
+	}
+	if err := mustPlan(t, chain("a", "b", 1), fakeTools{"mktool": "1"}, store).CheckTools(""); err != nil {
+		t.Fatal(err)
+	}
+}

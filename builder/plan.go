@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -119,4 +120,45 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// toolPackages names the Debian package that ships each external tool.
+var toolPackages = map[string]string{
+	"xorriso": "xorriso", "mformat": "mtools", "mmd": "mtools", "mcopy": "mtools",
+	"mksquashfs": "squashfs-tools", "mkfs.erofs": "erofs-utils",
+}
+
+// CheckTools refuses a plan whose stages still to run (up to stopAfter,
+// "" for all) need a tool that is not installed, so a missing xorriso is
+// reported before the long stages run rather than after. Tools in optional
+// are only needed in some cases (decided when the stage runs).
+func (p *Plan) CheckTools(stopAfter string, optional ...string) error {
+	var missing []string
+	for _, s := range p.Steps {
+		if !s.Cached {
+			for tool, v := range s.ToolVersions {
+				if v == NotFound && !slices.Contains(optional, tool) && !slices.Contains(missing, tool) {
+					missing = append(missing, tool)
+				}
+			}
+		}
+		if s.Stage.Type() == stopAfter {
+			break
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	sort.Strings(missing)
+	var pkgs []string
+	for _, t := range missing {
+		if pkg, ok := toolPackages[t]; ok && !slices.Contains(pkgs, pkg) {
+			pkgs = append(pkgs, pkg)
+		}
+	}
+	hint := "install them"
+	if len(pkgs) > 0 {
+		hint = "on Debian/Ubuntu: apt-get install " + strings.Join(pkgs, " ")
+	}
+	return fmt.Errorf("the build needs %s, not found on PATH (%s)", strings.Join(missing, ", "), hint)
 }

@@ -40,6 +40,9 @@ func (o StreamEmitOptions) Validate() error {
 	if o.ISOStage != TypeISOMaster && o.ISOStage != TypeISOCustomize {
 		return fmt.Errorf("iso-stage %q is not %s or %s", o.ISOStage, TypeISOMaster, TypeISOCustomize)
 	}
+	if _, err := stream.NormalizeBaseURL(o.BaseURL); err != nil {
+		return fmt.Errorf("--base-url: %w", err)
+	}
 	_, err := stream.LiveArtifactNames(o.Prefix, o.Release, o.Arch)
 	return err
 }

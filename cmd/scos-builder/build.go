@@ -329,6 +329,10 @@ func runBuild(ctx context.Context, cmd *cli.Command) error {
 	}
 	defer p.client.Close()
 	cfg, store, plan := p.cfg, p.store, p.plan
+	// mkfs.erofs is needed only when the image asks for an erofs rootfs.
+	if err := plan.CheckTools(cmd.String("stop-after"), "mkfs.erofs"); err != nil {
+		return err
+	}
 	rep, err := builder.NewReporter(cmd.String("progress"), stderr(cmd))
 	if err != nil {
 		return err

@@ -58,7 +58,7 @@ func NewLiveStream(b LiveBuild) (*Stream, error) {
 	if b.SourceDateEpoch < 0 {
 		return nil, fmt.Errorf("building stream: SOURCE_DATE_EPOCH %d is negative", b.SourceDateEpoch)
 	}
-	base, err := normalizeBaseURL(b.BaseURL)
+	base, err := NormalizeBaseURL(b.BaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("building stream: %w", err)
 	}
@@ -117,8 +117,8 @@ func FileSHA256(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// normalizeBaseURL returns "" or an absolute URL ending in "/".
-func normalizeBaseURL(s string) (string, error) {
+// NormalizeBaseURL returns "" or an absolute URL ending in "/".
+func NormalizeBaseURL(s string) (string, error) {
 	if s == "" {
 		return "", nil
 	}
