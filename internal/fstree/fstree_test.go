@@ -2,8 +2,10 @@ package fstree
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -163,11 +165,57 @@ func TestCopyOut(t *testing.T) {
 	if err != nil || string(b) != "#!/bin/sh\necho hi\n" {
 		t.Fatalf("tool = %q, %v", b, err)
 	}
-	if target, err := os.Readlink(filepath.Join(dir, "usr/bin/sh")); err != nil || target != "tool" {
-		t.Fatalf("symlink = %q, %v", target, err)
+	// Symlinks are written as what they point at inside the tree.
+	if b, err := os.ReadFile(filepath.Join(dir, "usr/bin/sh")); err != nil || string(b) != "#!/bin/sh\necho hi\n" {
+		t.Fatalf("usr/bin/sh = %q, %v", b, err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "usr/fifo")); err == nil {
 		t.Fatal("copied a path outside the requested subtree")
+	}
+}
+
+func TestCopyOutResolvesLinksInsideTheTree(t *testing.T) {
+	tr := New()
+	for _, d := range []string{"usr/lib/os.release.d", "etc", "usr/share/live"} {
+		if _, err := tr.MkdirAll(d, 0o755, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add := func(p string, ino *Inode) {
+		t.Helper()
+		if err := tr.Add(p, ino); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("usr/lib/os.release.d/os-release-coreos", &Inode{Kind: KindRegular, Mode: 0o644, Content: BytesContent("ID=fedora\n")})
+	// FCOS: a relative link to a file outside the copied path.
+	add("usr/lib/os-release", &Inode{Kind: KindSymlink, Target: "./os.release.d/os-release-coreos"})
+	// An absolute link must resolve inside the tree, never on the host.
+	add("etc/hostname", &Inode{Kind: KindRegular, Mode: 0o644, Content: BytesContent("image-host\n")})
+	add("usr/share/live/host", &Inode{Kind: KindSymlink, Target: "/etc/hostname"})
+	add("usr/share/live/up", &Inode{Kind: KindSymlink, Target: "../../../../../etc/hostname"})
+	add("usr/share/live/dangling", &Inode{Kind: KindSymlink, Target: "/nowhere"})
+	add("usr/share/live/loop", &Inode{Kind: KindSymlink, Target: "."})
+	dir := t.TempDir()
+	err := tr.CopyOut(dir, "usr/lib/os-release", "usr/share/live")
+	if err == nil || !strings.Contains(err.Error(), "symlink loop") {
+		t.Fatalf("a directory symlink loop was not refused: %v", err)
+	}
+	tr.Remove("usr/share/live/loop")
+	dir = t.TempDir()
+	if err := tr.CopyOut(dir, "usr/lib/os-release", "usr/share/live"); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]string{"usr/lib/os-release": "ID=fedora\n", "usr/share/live/host": "image-host\n", "usr/share/live/up": "image-host\n"} {
+		if b, err := os.ReadFile(filepath.Join(dir, p)); err != nil || string(b) != want {
+			t.Errorf("%s = %q, %v; want %q", p, b, err, want)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "usr/share/live/dangling")); err == nil {
+		t.Error("a dangling link was written")
+	}
+	if _, _, err := tr.Resolve("usr/share/live/dangling"); !errors.Is(err, ErrNotExist) {
+		t.Errorf("resolving a dangling link: %v", err)
 	}
 }
 
