@@ -2,12 +2,16 @@ package stages
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/okd-project/scos-builder/builder"
@@ -153,7 +157,11 @@ func (s *LiveRootfs) Run(ctx context.Context, rc *builder.RunContext) error {
 		builderName = initrd.MkfsEROFS
 	}
 	if builderName != initrd.Native && os.Geteuid() != 0 {
-		return fmt.Errorf("the %s rootfs builder writes the tree with real owners and SELinux labels and needs root; run as root or use --rootfs-builder native (squashfs only)", builderName)
+		hint := "use --rootfs-builder native"
+		if fstype == "erofs" {
+			hint = "pass --rootfs-fstype squashfs to build a squashfs rootfs natively"
+		}
+		return fmt.Errorf("the %s rootfs builder writes the tree with real owners and SELinux labels and needs root; run as root or %s", builderName, hint)
 	}
 	version := img.version(s.Opts.Release)
 	rc.Progress.Message("writing rootfs.img (%s with %s, options %q)", fstype, builderName, fsoptions)
@@ -262,8 +270,12 @@ type LiveBootconfigOptions struct {
 	Release     string   `json:"release"`
 	SyslinuxDir string   `json:"syslinux-dir,omitempty"`
 	// AllowNoEFI builds a BIOS-only ISO when the image has no EFI binaries.
-	AllowNoEFI      bool  `json:"allow-no-efi,omitempty"`
-	SourceDateEpoch int64 `json:"source-date-epoch"`
+	AllowNoEFI bool `json:"allow-no-efi,omitempty"`
+	// Syslinux is the digest of the host's BIOS boot files (see
+	// SyslinuxDigest): they come from the host, not the image, so they
+	// must be part of the key.
+	Syslinux        string `json:"syslinux,omitempty"`
+	SourceDateEpoch int64  `json:"source-date-epoch"`
 }
 
 // Validate implements builder.Options.
@@ -310,6 +322,13 @@ func (s *LiveBootconfig) Run(ctx context.Context, rc *builder.RunContext) error 
 		rc.Progress.Message("warning: %s", w)
 	}
 	rc.Progress.Message("volume ID %q, kernel arguments %q", res.VolumeID, res.Kargs.Default)
+	// iso.master needs the isohybrid MBR too: keep a copy beside the tree
+	// so that it reads only its input, never the host.
+	if mbr := res.Syslinux[bootconfig.IsohybridMBRFile]; mbr != "" {
+		if err := copyFile(mbr, filepath.Join(rc.OutDir, bootconfig.IsohybridMBRFile)); err != nil {
+			return fmt.Errorf("keeping %s: %w", bootconfig.IsohybridMBRFile, err)
+		}
+	}
 	return writeJSON(rc.OutDir, BootconfigFile, res)
 }
 
@@ -336,9 +355,13 @@ func (s *ISOMaster) Run(ctx context.Context, rc *builder.RunContext) error {
 	if err := readJSON(rc.Inputs[TypeLiveBootconfig], BootconfigFile, &bc); err != nil {
 		return err
 	}
+	mbr := ""
+	if bc.Syslinux[bootconfig.IsohybridMBRFile] != "" {
+		mbr = filepath.Join(rc.Inputs[TypeLiveBootconfig], bootconfig.IsohybridMBRFile)
+	}
 	res, err := isomaster.Master(ctx, filepath.Join(rc.Inputs[TypeLiveBootconfig], TreeDir), filepath.Join(rc.OutDir, ISOFile),
 		isomaster.Options{Arch: s.Opts.Arch, VolumeID: bc.VolumeID, VolumeSet: bc.VolumeSet,
-			IsohybridMBR: bc.Syslinux[bootconfig.IsohybridMBRFile], SourceDateEpoch: s.Opts.SourceDateEpoch, Log: rc.Log})
+			IsohybridMBR: mbr, SourceDateEpoch: s.Opts.SourceDateEpoch, Log: rc.Log})
 	if err != nil {
 		return err
 	}
@@ -365,9 +388,33 @@ func liveStages(cfg *Config) []builder.Stage {
 			Release: cfg.Release, SourceDateEpoch: cfg.SourceDateEpoch}},
 		&LiveInitrd{Opts: LiveInitrdOptions{Release: cfg.Release, SourceDateEpoch: cfg.SourceDateEpoch}},
 		&LiveBootconfig{Opts: LiveBootconfigOptions{Arch: cfg.Arch, Recipe: cfg.Recipe.Name, RecipeOSName: cfg.Recipe.OSName,
-			Labels: cfg.Labels, Kargs: liveKargs, Release: cfg.Release, SyslinuxDir: cfg.SyslinuxDir, AllowNoEFI: cfg.AllowNoEFI, SourceDateEpoch: cfg.SourceDateEpoch}},
+			Labels: cfg.Labels, Kargs: liveKargs, Release: cfg.Release, SyslinuxDir: cfg.SyslinuxDir, AllowNoEFI: cfg.AllowNoEFI, Syslinux: SyslinuxDigest(cfg.Arch, cfg.SyslinuxDir),
+			SourceDateEpoch: cfg.SourceDateEpoch}},
 		&ISOMaster{Opts: ISOMasterOptions{Arch: cfg.Arch, SourceDateEpoch: cfg.SourceDateEpoch}},
 	}
+}
+
+// SyslinuxDigest is a sha256 over the host's BIOS boot files (name and
+// content), or "" when there are none (aarch64, or not installed: then
+// live.bootconfig reports which package to install).
+func SyslinuxDigest(arch, dir string) string {
+	if arch != "x86_64" {
+		return ""
+	}
+	files, err := bootconfig.FindSyslinux(dir)
+	if err != nil {
+		return ""
+	}
+	h := sha256.New()
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		b, err := os.ReadFile(files[name])
+		if err != nil {
+			return ""
+		}
+		fmt.Fprintf(h, "%s %d\n", name, len(b))
+		h.Write(b)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }
 
 func firstNonEmpty(s ...string) string {

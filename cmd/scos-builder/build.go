@@ -37,6 +37,7 @@ func planFlags() []cli.Flag {
 		&cli.StringFlag{Name: "rootfs-fstype", Usage: "override the image's live-rootfs-fstype: squashfs or erofs"},
 		&cli.StringFlag{Name: "syslinux-dir", Usage: "take the BIOS boot files (isolinux.bin, *.c32, isohdpfx.bin) from `DIR`"},
 		&cli.BoolFlag{Name: "allow-no-efi", Usage: "build a BIOS-only ISO when the image has no EFI binaries (default: refuse)"},
+		&cli.StringFlag{Name: "release", Usage: "the build id in artifact names and the stream (default: the image's org.opencontainers.image.version label, else the payload's machine-os version)"},
 		&cli.StringFlag{Name: "base-url", Usage: "prefix the stream's artifact locations with `URL/` (default: bare file names)"},
 	}
 	return append(flags, sourceFlags()...)
@@ -212,8 +213,10 @@ func resolveBuild(ctx context.Context, cmd *cli.Command) (*stages.Config, *regis
 	if cfg.Recipe, err = recipes.Get(recipeName); err != nil {
 		return nil, nil, err
 	}
-	if cfg.Release, err = stream.ReleaseFor(info.Labels, machineOS); err != nil {
-		return nil, nil, fmt.Errorf("finding the release of %s: %w", cfg.OSImage, err)
+	if cfg.Release = cmd.String("release"); cfg.Release == "" {
+		if cfg.Release, err = stream.ReleaseFor(info.Labels, machineOS); err != nil {
+			return nil, nil, fmt.Errorf("finding the release of %s: %w", cfg.OSImage, err)
+		}
 	}
 	if cfg.SourceDateEpoch, err = sourceDateEpoch(info.Created.Unix()); err != nil {
 		return nil, nil, err

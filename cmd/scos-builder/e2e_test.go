@@ -325,6 +325,9 @@ func TestE2EBadInputLeavesOutputAlone(t *testing.T) {
 		{"invalid ignition", []string{"--payload", env.pushed.PayloadTagRef, "--ignition", badIgn}, "storage.files.0.path"},
 		{"unknown recipe", []string{"--payload", env.pushed.PayloadTagRef, "--recipe", "ubuntu"}, "fcos, okd, rhcos, scos"},
 		{"unknown stage", []string{"--payload", env.pushed.PayloadTagRef, "--stop-after", "nope"}, "live.rootfs"},
+		{"base URL that is not absolute", []string{"--payload", env.pushed.PayloadTagRef, "--base-url", "not-a-url"}, "--base-url"},
+		// Fails late, in live.bootconfig, after the rootfs and initrd exist.
+		{"no syslinux files", []string{"--payload", env.pushed.PayloadTagRef, "--syslinux-dir", t.TempDir()}, "--syslinux-dir"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

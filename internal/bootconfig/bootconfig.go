@@ -161,8 +161,10 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 	var efiSources []string
 	if srcs, err := FindEFISources(opts.SourceRoot); err == nil {
 		efiSources = srcs
-	} else if !errors.Is(err, ErrNoEFI) || !opts.AllowNoEFI {
-		return nil, fmt.Errorf("building ISO tree: %w (an x86_64 BIOS-only ISO needs the allow-no-EFI option)", err)
+	} else if !errors.Is(err, ErrNoEFI) {
+		return nil, fmt.Errorf("building ISO tree: %w", err)
+	} else if !opts.AllowNoEFI {
+		return nil, fmt.Errorf("building ISO tree: %w (for an x86_64 BIOS-only ISO, pass --allow-no-efi)", err)
 	} else {
 		warn("the image has no EFI binaries: the ISO boots only with BIOS")
 	}

@@ -51,7 +51,7 @@ func FindSyslinux(dir string) (Syslinux, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("finding syslinux files %s in %s: not found (install the Debian packages \"isolinux\" and \"syslinux-common\", or the Fedora packages \"syslinux\" and \"syslinux-nonlinux\", or point the syslinux directory option at a directory holding them)",
+		return nil, fmt.Errorf("finding syslinux files %s in %s: not found (install the Debian packages \"isolinux\" and \"syslinux-common\", or the Fedora packages \"syslinux\" and \"syslinux-nonlinux\", or pass --syslinux-dir DIR holding them)",
 			strings.Join(missing, ", "), strings.Join(dirs, ", "))
 	}
 	return found, nil

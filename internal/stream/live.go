@@ -150,7 +150,7 @@ func ReleaseFor(imageLabels map[string]string, machineOSVersion string) (string,
 		r = machineOSVersion
 	}
 	if r == "" {
-		return "", fmt.Errorf("finding the build release: the OS image has no %s label and no machine-os version is known (pass the release explicitly)", LabelVersion)
+		return "", fmt.Errorf("the OS image has no %s label and no machine-os version is known (pass --release)", LabelVersion)
 	}
 	if err := checkNamePart("release", r); err != nil {
 		return "", err
